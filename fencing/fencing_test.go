@@ -1,0 +1,66 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/seckillguard/seckillguard/fencing"
+)
+
+func TestNext_TakesTheLargerOfCounterAndClock(t *testing.T) {
+	cases := []struct {
+		stored fencing.Token
+		now    int64
+		want   fencing.Token
+	}{
+		{0, 1_700_000_000_000_000, 1_700_000_000_000_000},
+		{1_700_000_000_000_000, 1_700_000_000_000_000, 1_700_000_000_000_001},
+		{1_800_000_000_000_000, 1_700_000_000_000_000, 1_800_000_000_000_001}, // clock behind: counter wins
+		{5, 0, 6},
+	}
+	for _, c := range cases {
+		if got := fencing.Next(c.stored, c.now); got != c.want {
+			t.Errorf("Next(%d, %d) = %d, want %d", c.stored, c.now, got, c.want)
+		}
+	}
+}
+
+func TestFromContext_ReturnsInnermostToken(t *testing.T) {
+	ctx := context.Background()
+	if _, ok := fencing.FromContext(ctx); ok {
+		t.Fatal("empty context reports a token")
+	}
+	ctx = fencing.WithToken(ctx, 7)
+	inner := fencing.WithToken(ctx, 9)
+	if tok, ok := fencing.FromContext(inner); !ok || tok != 9 {
+		t.Fatalf("inner token = %d, %v; want 9, true", tok, ok)
+	}
+	if tok, ok := fencing.FromContext(ctx); !ok || tok != 7 {
+		t.Fatalf("outer token = %d, %v; want 7, true", tok, ok)
+	}
+	if _, ok := fencing.FromContext(fencing.WithToken(context.Background(), 0)); ok {
+		t.Fatal("zero token reported as valid")
+	}
+}
+
+func TestStaleError_IsErrStaleAndNamesBothTokens(t *testing.T) {
+	err := fmt.Errorf("save order: %w", fencing.Stale("products", "sku=sku-1", 10, 12))
+	if !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("errors.Is(%v, ErrStale) = false", err)
+	}
+	var se *fencing.StaleError
+	if !errors.As(err, &se) || se.Token != 10 || se.Current != 12 {
+		t.Fatalf("errors.As: %+v", se)
+	}
+	want := "save order: fencing: stale token 10 (current 12) writing products sku=sku-1"
+	if err.Error() != want {
+		t.Fatalf("message\n got %q\nwant %q", err.Error(), want)
+	}
+	cause := errors.New("lock lost")
+	wrapped := &fencing.StaleError{Token: 3, Cause: cause}
+	if !errors.Is(wrapped, cause) || !errors.Is(wrapped, fencing.ErrStale) {
+		t.Fatal("StaleError with a cause must match both the cause and ErrStale")
+	}
+}

@@ -51,16 +51,28 @@ var redisPath = sync.OnceValues(func() (string, error) {
 // "--cluster-enabled", "yes".
 func Redis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
-	bin, err := redisPath()
+	s, err := StartRedis(t.TempDir(), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &RedisServer{t: t, dir: t.TempDir()}
+	s.t = t
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// StartRedis starts a redis-server outside a test (for TestMain), keeping its
+// log in dir. The caller stops it with Kill.
+func StartRedis(dir string, extra ...string) (*RedisServer, error) {
+	bin, err := redisPath()
+	if err != nil {
+		return nil, err
+	}
+	s := &RedisServer{dir: dir}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := FreePort()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		s.Port = port
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -73,12 +85,10 @@ func Redis(t testing.TB, extra ...string) *RedisServer {
 			"--logfile", filepath.Join(s.dir, "redis.log"),
 		}, extra...)
 		if lastErr = s.start(bin); lastErr == nil {
-			t.Cleanup(s.Kill)
-			return s
+			return s, nil
 		}
 	}
-	t.Fatalf("testenv: redis-server did not start: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("testenv: redis-server did not start: %v", lastErr)
 }
 
 func (s *RedisServer) start(bin string) error {
@@ -124,25 +134,27 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// Client returns a go-redis client for the server, closed when the test ends.
+// Client returns a go-redis client for the server, closed when the test ends
+// (servers started with StartRedis leave closing to the caller).
 func (s *RedisServer) Client(opts ...func(*redis.Options)) *redis.Client {
 	o := &redis.Options{Addr: s.Addr}
 	for _, f := range opts {
 		f(o)
 	}
 	c := redis.NewClient(o)
-	s.t.Cleanup(func() { _ = c.Close() })
+	if s.t != nil {
+		s.t.Cleanup(func() { _ = c.Close() })
+	}
 	return c
 }
 
 // Do runs one command on a fresh connection and fails the test on error.
 func (s *RedisServer) Do(args ...any) any {
-	s.t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	v, err := c.Do(context.Background(), args...).Result()
 	if err != nil && err != redis.Nil {
-		s.t.Fatalf("testenv: redis %v: %v", args, err)
+		s.fatalf("testenv: redis %v: %v", args, err)
 	}
 	return v
 }
@@ -175,11 +187,10 @@ func (s *RedisServer) signal(sig syscall.Signal, wait bool) {
 // Restart starts the server again on the same port after Kill. Its data is
 // gone: the server keeps nothing on disk.
 func (s *RedisServer) Restart() {
-	s.t.Helper()
 	s.Kill()
 	bin, err := redisPath()
 	if err != nil {
-		s.t.Fatal(err)
+		s.fatalf("%v", err)
 	}
 	var lastErr error
 	for attempt := 0; attempt < 50; attempt++ {
@@ -188,7 +199,15 @@ func (s *RedisServer) Restart() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.t.Fatalf("testenv: redis-server did not restart on %s: %v", s.Addr, lastErr)
+	s.fatalf("testenv: redis-server did not restart on %s: %v", s.Addr, lastErr)
+}
+
+func (s *RedisServer) fatalf(format string, args ...any) {
+	if s.t != nil {
+		s.t.Helper()
+		s.t.Fatalf(format, args...)
+	}
+	panic(fmt.Sprintf(format, args...))
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.

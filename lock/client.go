@@ -1,0 +1,199 @@
+// Package lock provides distributed locks on Redis in the layout of Redisson,
+// done the Go way: a lock is held by a context, and that context is cancelled
+// the moment the lock is found lost.
+//
+// A Client wraps one go-redis client (single node, Sentinel failover or
+// Cluster). Its Mutex is reentrant through the context Lock returns, renewed
+// by one watchdog loop per Client while it is held, and waited for with
+// pub/sub rather than polling. Every acquisition carries a fencing token
+// (package fencing) that storage can use to refuse writes of a holder that
+// lost its lock without noticing in time.
+//
+// The keys are Redisson's, so Go services using this package and Java
+// services using Redisson exclude each other on the same lock name.
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Client issues locks on one Redis deployment. It owns a watchdog loop that
+// renews the locks it holds and the pub/sub connections its waiters share.
+// A Client is safe for concurrent use; create one per Redis deployment and
+// process, and Close it when done.
+type Client struct {
+	rdb     redis.UniversalClient
+	id      string // Redisson's connection manager id: the first half of every owner field
+	cluster bool   // Redis Cluster: shard channels, renewals grouped by slot
+	publish string // "publish" or "spublish"
+	opts    clientOptions
+	err     error // set when New got bad input; returned by every operation
+
+	owners atomic.Int64 // the last owner id handed out
+
+	mu    sync.Mutex
+	holds map[holdID]*hold
+
+	qmu    sync.Mutex
+	queues map[string]*waitQueue // by unlock channel
+
+	subs *subscriber
+	dog  *watchdog
+
+	life      context.Context // cancelled by Close; parent of the Client's own calls
+	end       context.CancelFunc
+	done      <-chan struct{} // life.Done()
+	closeOnce sync.Once
+	bgmu      sync.Mutex
+	closing   bool           // guarded by bgmu: no new background goroutine
+	bg        sync.WaitGroup // background goroutines, waited for by Close
+}
+
+// New returns a Client that locks through rdb: a *redis.Client (single node or
+// the Sentinel failover client) or a *redis.ClusterClient. It does no I/O.
+//
+// New never panics on bad input: a nil rdb or an invalid option makes every
+// operation of the returned Client fail with an error wrapping ErrInvalid.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{
+		rdb:     rdb,
+		id:      uuid.NewString(),
+		publish: "publish",
+		opts:    defaultClientOptions(),
+		holds:   make(map[holdID]*hold),
+		queues:  make(map[string]*waitQueue),
+	}
+	c.life, c.end = context.WithCancel(context.Background())
+	c.done = c.life.Done()
+	for _, o := range opts {
+		if o != nil {
+			o(&c.opts)
+		}
+	}
+	c.err = c.opts.err
+	switch r := rdb.(type) {
+	case nil:
+		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
+	case *redis.Client:
+		if r == nil {
+			c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
+		}
+	case *redis.ClusterClient:
+		if r == nil {
+			c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
+		}
+		c.cluster, c.publish = true, "spublish"
+	case *redis.Ring:
+		c.err = fmt.Errorf("%w: redis.Ring is not supported (use a single node, Sentinel or Cluster client)", ErrInvalid)
+	}
+	c.subs = newSubscriber(c)
+	c.dog = newWatchdog(c)
+	return c
+}
+
+// ID returns the Client's unique id, the "<clientUUID>" part of the owner
+// field "<clientUUID>:<ownerID>" in every lock hash it writes.
+func (c *Client) ID() string { return c.id }
+
+// Mutex returns the reentrant lock called name. It does no I/O; an invalid
+// name is reported by the first operation on the Mutex.
+func (c *Client) Mutex(name string) *Mutex {
+	return newMutex(c, name)
+}
+
+// Close stops the watchdog and the subscriptions. Locks still held are not
+// released: nothing renews them any more and they expire with their lease;
+// their contexts are cancelled with a cause wrapping ErrLost and ErrClosed.
+// Goroutines waiting for a lock return ErrClosed. Close waits for the
+// Client's background goroutines and is safe to call more than once.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.bgmu.Lock()
+		c.closing = true
+		c.bgmu.Unlock()
+		c.end()
+		c.subs.close()
+		c.mu.Lock()
+		held := make([]*hold, 0, len(c.holds))
+		for _, h := range c.holds {
+			held = append(held, h)
+		}
+		c.mu.Unlock()
+		for _, h := range held {
+			if c.lose(h) {
+				h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
+			}
+		}
+	})
+	c.bg.Wait()
+	return nil
+}
+
+// closed reports whether Close has been called.
+func (c *Client) closed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// usable returns the error every operation of c starts with, if any.
+func (c *Client) usable() error {
+	if c == nil {
+		return fmt.Errorf("%w: nil lock client", ErrInvalid)
+	}
+	if c.err != nil {
+		return c.err
+	}
+	if c.closed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// key returns the Redis key of the lock called name.
+func (c *Client) key(name string) string {
+	if c.opts.namespace == "" {
+		return name
+	}
+	return c.opts.namespace + ":" + name
+}
+
+// goBackground runs f in a goroutine that Close waits for. It reports false,
+// and does not run f, once the Client is closing.
+func (c *Client) goBackground(f func()) bool {
+	c.bgmu.Lock()
+	defer c.bgmu.Unlock()
+	if c.closing {
+		return false
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		f()
+	}()
+	return true
+}
+
+// ownerKey is the context key of the owner id a context carries for a Client.
+type ownerKey struct{ c *Client }
+
+// owner returns the owner id ctx carries for c.
+func (c *Client) owner(ctx context.Context) (int64, bool) {
+	id, ok := ctx.Value(ownerKey{c}).(int64)
+	return id, ok
+}
+
+// field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
+func (c *Client) field(owner int64) string {
+	return c.id + ":" + strconv.FormatInt(owner, 10)
+}

@@ -1,0 +1,139 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+func TestCost_UncontendedLockUnlockIsTwoEvalsha(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	sent := testenv.NewCommandCounter()
+	lrdb := srv.Client()
+	lrdb.AddHook(sent)
+	c := lock.New(lrdb)
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	warm, _ := m.Lock(context.Background()) // loads the scripts
+	m.Unlock(warm)
+
+	const n = 50
+	before := commandCalls(t, rdb)
+	sentBefore := sent.Total()
+	for i := 0; i < n; i++ {
+		ctx, err := m.Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := sent.Total() - sentBefore; s != 2*n {
+		t.Fatalf("%d uncontended Lock+Unlock sent %d commands, want exactly %d", n, s, 2*n)
+	}
+	d := delta(before, commandCalls(t, rdb))
+	if d["evalsha"] != 2*n || d["eval"] != 0 {
+		t.Fatalf("server ran %v, want exactly %d evalsha (and the commands inside the scripts)", d, 2*n)
+	}
+	var inside int64
+	for k, v := range d {
+		if k != "evalsha" && k != "info" {
+			inside += v
+		}
+	}
+	t.Logf("per Lock+Unlock: 2 round trips; %.1f commands inside the scripts", float64(inside)/n)
+}
+
+func TestCost_HotKeyStaysUnderEightCommandsPerAcquisition(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	clients := make([]*lock.Client, 4)
+	counters := make([]*testenv.CommandCounter, 4)
+	for i := range clients {
+		counters[i] = testenv.NewCommandCounter()
+		r := srv.Client()
+		r.AddHook(counters[i])
+		clients[i] = lock.New(r)
+		t.Cleanup(func() { clients[i].Close() })
+	}
+	name := lockName(t)
+	for _, c := range clients { // load scripts
+		ctx, _ := c.Mutex(name).Lock(context.Background())
+		c.Mutex(name).Unlock(ctx)
+	}
+	const goroutines, rounds = 16, 10
+	before := commandCalls(t, rdb)
+	sentBefore := make([]int64, len(counters))
+	for i, sc := range counters {
+		sentBefore[i] = sc.Total()
+	}
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.Mutex(name)
+				for r := 0; r < rounds; r++ {
+					ctx, err := m.Lock(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(200 * time.Microsecond)
+					m.Unlock(ctx)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	d := delta(before, commandCalls(t, rdb))
+	delete(d, "info")
+	var executed, sent int64
+	for _, v := range d {
+		executed += v
+	}
+	for i, sc := range counters {
+		sent += sc.Total() - sentBefore[i]
+	}
+	acq := float64(len(clients) * goroutines * rounds)
+	t.Logf("per acquisition: %.2f commands sent, %.2f executed counting those inside scripts (%v)",
+		float64(sent)/acq, float64(executed)/acq, d)
+	if float64(sent)/acq > 8 {
+		t.Fatalf("%.2f commands per acquisition, want at most 8", float64(sent)/acq)
+	}
+}
+
+func TestClient_ChurnLeavesNoGoroutines(t *testing.T) {
+	srv := testenv.Redis(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	rdb := srv.Client()
+	holder := lock.New(rdb, lock.WithWatchdogTimeout(300*time.Millisecond))
+	name := lockName(t)
+	held, err := holder.Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		c := lock.New(rdb, lock.WithWatchdogTimeout(300*time.Millisecond))
+		// A waiter that subscribes and gives up, and a hold of another lock.
+		if _, err := c.Mutex(name).TryLock(context.Background(), 20*time.Millisecond); err == nil {
+			t.Fatal("acquired a held lock")
+		}
+		if _, err := c.Mutex(fmt.Sprintf("%s:%d", name, i)).Lock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	holder.Mutex(name).Unlock(held)
+	holder.Close()
+}

@@ -1,0 +1,55 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotAcquired is returned by TryLock when the lock is still held by
+	// another owner after the wait. It is never returned for a caller whose
+	// context ended: that caller gets the context's error.
+	ErrNotAcquired = errors.New("lock: not acquired")
+
+	// ErrNotHeld is returned by Unlock when the context does not hold the lock.
+	ErrNotHeld = errors.New("lock: not held")
+
+	// ErrLost is the cause with which a lock's context is cancelled when the
+	// lock is found gone while it was held (expired lease, a failover, a
+	// ForceUnlock, the Client closed), and the error Unlock returns for such a
+	// hold. Work done under a lost lock may have overlapped another holder's.
+	ErrLost = errors.New("lock: lost")
+
+	// ErrReleased is the cause with which a lock's context is cancelled after
+	// its final Unlock.
+	ErrReleased = errors.New("lock: released")
+
+	// ErrClosed is returned by every operation of a closed Client.
+	ErrClosed = errors.New("lock: client closed")
+
+	// ErrInvalid reports bad input: a nil Redis client, an empty or malformed
+	// lock name, a negative wait, a lease or timeout that is not positive.
+	ErrInvalid = errors.New("lock: invalid argument")
+)
+
+// wrap adds the lock name to err.
+func wrap(name string, err error) error {
+	return fmt.Errorf("lock %q: %w", name, err)
+}
+
+// ctxErr reports why ctx ended. errors.Is(err, context.Canceled) and
+// errors.Is(err, context.DeadlineExceeded) keep working, and a custom cause
+// (context.WithCancelCause) is kept beside it.
+func ctxErr(name string, ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return wrap(name, err)
+	}
+	return fmt.Errorf("lock %q: %w: %w", name, err, cause)
+}
+
+// lostError is the cause of a lost hold's context.
+func lostError(name, why string) error {
+	return fmt.Errorf("lock %q: %w: %s", name, ErrLost, why)
+}

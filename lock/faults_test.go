@@ -1,0 +1,159 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// lostReplies is a go-redis hook that lets matching commands run on the
+// server and then throws their replies away, as a connection that breaks
+// after the request was sent would.
+type lostReplies struct {
+	match func(redis.Cmder) bool
+	left  atomic.Int32 // how many replies still to lose
+}
+
+func (h *lostReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lostReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && h.match(cmd) && h.left.Add(-1) >= 0 {
+			err = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer (injected)")}
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+// scriptCall matches calls of a script whose second key starts with prefix.
+func scriptCall(prefix string) func(redis.Cmder) bool {
+	return func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		if cmd.Name() != "evalsha" && cmd.Name() != "eval" || len(args) < 5 {
+			return false
+		}
+		key, _ := args[4].(string)
+		return strings.HasPrefix(key, prefix)
+	}
+}
+
+// isRelease matches the release script (its keys: the lock and its channel).
+var isRelease = scriptCall("redisson_lock__channel:")
+
+func TestFaults_UnlockRetriedAfterLostReplyReleasesOneLevel(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	hook := &lostReplies{match: isRelease}
+	rdb.AddHook(hook)
+	c := lock.New(rdb)
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	outer, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := m.Lock(outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.left.Store(1)
+	if err := m.Unlock(inner); err == nil {
+		t.Fatal("unlock with a lost reply reported success")
+	}
+	if n, _ := m.HoldCount(outer); n != 1 {
+		t.Fatalf("hold count after the lost-reply unlock = %d, want 1 (it was applied)", n)
+	}
+	if err := m.Unlock(inner); err != nil { // the retry
+		t.Fatalf("retried unlock = %v", err)
+	}
+	if n, _ := m.HoldCount(outer); n != 1 {
+		t.Fatalf("hold count after the retry = %d, want still 1: a level was released twice", n)
+	}
+	// The final level: its reply lost too, then retried.
+	hook.left.Store(1)
+	if err := m.Unlock(outer); err == nil {
+		t.Fatal("final unlock with a lost reply reported success")
+	}
+	if err := m.Unlock(outer); err != nil {
+		t.Fatalf("retried final unlock = %v, want success", err)
+	}
+	if locked, _ := m.IsLocked(context.Background()); locked {
+		t.Fatal("lock still held")
+	}
+}
+
+func TestFaults_AcquireWithLostReplyDoesNotLeaveTheLockHeld(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	hook := &lostReplies{match: scriptCall("redisson_lock_token:")}
+	rdb.AddHook(hook)
+	c := lock.New(rdb)
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	hook.left.Store(1)
+	if _, err := m.Lock(context.Background()); err == nil || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Lock with a lost reply = %v, want the network error", err)
+	}
+	if locked, _ := m.IsLocked(context.Background()); locked {
+		t.Fatal("an acquisition nobody knows of keeps the lock held")
+	}
+}
+
+func TestFaults_RedisDownIsAnErrorNotBusy(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := lock.New(srv.Client(func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond }))
+	defer c.Close()
+	srv.Kill()
+	_, err := c.Mutex(lockName(t)).TryLock(context.Background(), time.Second)
+	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock with Redis down = %v, want a connection error, not ErrNotAcquired", err)
+	}
+}
+
+func TestFaults_WaiterRecoversWhenRedisRestarts(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(900*time.Millisecond))
+	name := lockName(t)
+	held, err := cs[0].Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ctx, err := cs[1].Mutex(name).TryLock(context.Background(), 10*time.Second)
+		if err == nil {
+			cs[1].Mutex(name).Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	srv.Restart() // no persistence: the lock and the subscription are gone
+	select {
+	case <-held.Done():
+		if !errors.Is(context.Cause(held), lock.ErrLost) {
+			t.Fatalf("holder cause = %v", context.Cause(held))
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the holder did not learn that its lock vanished with the restart")
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter after the restart: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter never acquired after the restart")
+	}
+}

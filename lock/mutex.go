@@ -1,0 +1,384 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/fencing"
+)
+
+// A Mutex is a reentrant distributed lock in Redisson's RLock layout: a hash
+// named after the lock whose field "<clientUUID>:<ownerID>" counts the hold.
+//
+// Ownership travels in contexts, not goroutines. Lock returns a context that
+// holds the lock; locking the same Mutex again with that context (or one
+// derived from it) re-enters instead of deadlocking, and each Lock needs its
+// own Unlock. Goroutines that share a lock context share its ownership.
+//
+// A Mutex does no I/O until used and may be copied freely; all state lives in
+// Redis and in the Client.
+type Mutex struct {
+	c        *Client
+	name     string
+	key      string   // the lock hash
+	keys     []string // {lock, token counter}
+	relKeys  []string // {lock, unlock channel}
+	channel  string
+	checkErr error
+}
+
+func newMutex(c *Client, name string) *Mutex {
+	m := &Mutex{c: c, name: name}
+	if c == nil {
+		m.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
+		return m
+	}
+	if name == "" {
+		m.checkErr = checkName(name)
+		return m
+	}
+	m.key = c.key(name)
+	m.checkErr = checkName(m.key)
+	m.channel = derived(channelPrefix, m.key)
+	m.keys = []string{m.key, derived(tokenPrefix, m.key)}
+	m.relKeys = []string{m.key, m.channel}
+	return m
+}
+
+// Name returns the lock's name as given to Client.Mutex.
+func (m *Mutex) Name() string { return m.name }
+
+// usable returns the error every operation starts with, if any.
+func (m *Mutex) usable() error {
+	if m == nil {
+		return fmt.Errorf("%w: nil mutex", ErrInvalid)
+	}
+	if m.checkErr != nil {
+		return wrap(m.name, m.checkErr)
+	}
+	if err := m.c.usable(); err != nil {
+		return wrap(m.name, err)
+	}
+	return nil
+}
+
+// Lock acquires the lock, waiting as long as it takes or until ctx ends, and
+// returns the context that holds it: pass it to Unlock, to re-entries, and to
+// the work the lock protects. That context carries the fencing token
+// (fencing.FromContext) and is cancelled with cause ErrLost if the lock is
+// lost while held. If ctx already holds the lock, Lock re-enters it at once.
+//
+// On error Lock returns ctx unchanged. A caller whose ctx ended gets an error
+// matching ctx.Err() under errors.Is.
+func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return m.acquire(ctx, -1, opts)
+}
+
+// TryLock is Lock with a bounded wait: it gives up after wait with
+// ErrNotAcquired. wait 0 makes exactly one attempt. A negative wait is an
+// error (ErrInvalid).
+func (m *Mutex) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
+	if wait < 0 {
+		return ctx, wrap(m.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	}
+	return m.acquire(ctx, wait, opts)
+}
+
+func (m *Mutex) acquire(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if err := m.usable(); err != nil {
+		return ctx, err
+	}
+	if ctx == nil {
+		return ctx, wrap(m.name, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	lo := collectLockOptions(opts)
+	if lo.err != nil {
+		return ctx, wrap(m.name, lo.err)
+	}
+	if ctx.Err() != nil {
+		return ctx, ctxErr(m.name, ctx)
+	}
+	c := m.c
+	owner, known := c.owner(ctx)
+	if !known {
+		owner = c.owners.Add(1)
+	}
+	h := c.ref(m.key, m.name, owner)
+	defer c.unref(h)
+	if err := h.enter(ctx); err != nil {
+		return ctx, ctxErr(m.name, ctx)
+	}
+	defer h.leave()
+
+	if h.levels > 0 {
+		return m.reenter(ctx, h)
+	}
+
+	h.fixed = lo.lease > 0
+	h.lease = c.opts.watchdogTimeout
+	if h.fixed {
+		h.lease = lo.lease
+	}
+	leaseArg := strconv.FormatInt(h.lease.Milliseconds(), 10)
+	var start time.Time
+	try := func(ctx context.Context) (bool, time.Duration, error) {
+		start = time.Now()
+		vals, err := c.run(ctx, acquireScript, m.keys, leaseArg, h.field, 0).Int64Slice()
+		if err != nil {
+			return false, 0, m.failedAcquire(ctx, h, err)
+		}
+		if len(vals) != 2 {
+			return false, 0, wrap(m.name, fmt.Errorf("unexpected reply %v from the acquire script", vals))
+		}
+		switch vals[0] {
+		case 1:
+			h.token = fencing.Token(vals[1])
+			return true, 0, nil
+		case 0:
+			return false, m.retryAfter(vals[1]), nil
+		}
+		return false, 0, wrap(m.name, fmt.Errorf("unexpected reply %v from the acquire script", vals))
+	}
+	if err := c.waitFor(ctx, m.name, m.channel, wait, h.lease, try); err != nil {
+		return ctx, err
+	}
+
+	h.levels = 1
+	h.begin(ctx, !known, start)
+	c.pin(h)
+	if !h.fixed {
+		c.dog.add(h, start.Add(h.lease))
+	}
+	if c.closed() && c.lose(h) {
+		h.end(fmt.Errorf("lock %q: %w: %w", m.name, ErrLost, ErrClosed))
+	}
+	return h.ctx, nil
+}
+
+// retryAfter turns the PTTL the acquire script reported into how long to wait
+// for an unlock message at most.
+func (m *Mutex) retryAfter(pttl int64) time.Duration {
+	switch {
+	case pttl == -1: // a key without expiry: not written by a lock; look again after a watchdog timeout
+		return m.c.opts.watchdogTimeout
+	case pttl < 0: // gone meanwhile
+		return 0
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// failedAcquire handles an acquire call that failed. When the outcome is
+// unknown (the call may have been applied and only its reply lost, or the
+// caller gave up while it was under way) the acquisition is rolled back, so
+// that a lock nobody knows it holds does not block everyone until its lease
+// ends.
+func (m *Mutex) failedAcquire(ctx context.Context, h *hold, err error) error {
+	if outcomeUnknown(err) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		rerr := m.c.run(rctx, releaseScript, m.relKeys, h.field, 1, m.c.publish).Err()
+		cancel()
+		if rerr != nil {
+			m.c.opts.logger.Warn("lock: could not roll back an acquisition of unknown outcome; it expires with its lease",
+				"lock", m.name, "lease", h.lease, "err", rerr)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctxErr(m.name, ctx)
+	}
+	return wrap(m.name, err)
+}
+
+// outcomeUnknown reports whether a command that failed with err may have been
+// executed: anything but an error reply from the server or a connection that
+// was never obtained.
+func outcomeUnknown(err error) bool {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// reenter adds a level to h, which ctx's owner already holds.
+func (m *Mutex) reenter(ctx context.Context, h *hold) (context.Context, error) {
+	if m.c.isLost(h) {
+		return ctx, m.lostHold(ctx, h)
+	}
+	lease := "0" // a fixed lease keeps its deadline
+	if !h.fixed {
+		lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
+	}
+	vals, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64Slice()
+	if err != nil {
+		// An unknown outcome needs no rollback: the final Unlock removes the
+		// owner whatever count Redis holds.
+		if ctx.Err() != nil {
+			return ctx, ctxErr(m.name, ctx)
+		}
+		return ctx, wrap(m.name, err)
+	}
+	if len(vals) != 2 || vals[0] != 1 {
+		if m.c.lose(h) {
+			h.end(lostError(m.name, "its hold was gone when it was re-entered"))
+		}
+		return ctx, m.lostHold(ctx, h)
+	}
+	h.levels++
+	return h.levelContext(ctx), nil
+}
+
+// lostHold is the error for an operation on a hold that was lost.
+func (m *Mutex) lostHold(ctx context.Context, h *hold) error {
+	if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
+		return cause
+	}
+	return wrap(m.name, ErrLost)
+}
+
+// Unlock releases one level of the lock held by ctx; the lock is free when
+// every Lock has been matched by an Unlock. The final Unlock cancels the lock
+// context with cause ErrReleased and wakes a waiter.
+//
+// Unlock returns ErrNotHeld, and changes nothing, when ctx does not hold the
+// lock, and an error matching ErrLost when the lock was lost before it was
+// released. It runs even if ctx was cancelled (a request that ended still
+// releases its lock). When Unlock fails with a network error it may be
+// called again: a level is never released twice.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if err := m.usable(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return wrap(m.name, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	c := m.c
+	owner, ok := c.owner(ctx)
+	var h *hold
+	if ok {
+		h = c.refHeld(m.key, owner)
+	}
+	if h == nil {
+		if errors.Is(context.Cause(ctx), ErrLost) {
+			return wrap(m.name, ErrLost)
+		}
+		return wrap(m.name, ErrNotHeld)
+	}
+	defer c.unref(h)
+	_ = h.enter(context.Background())
+	defer h.leave()
+	if c.isLost(h) {
+		return m.lostHold(ctx, h)
+	}
+	if h.levels == 0 {
+		return wrap(m.name, ErrNotHeld)
+	}
+
+	final := h.levels == 1
+	renewed := false
+	if final {
+		// No renewal may be sent after the final release.
+		renewed = c.dog.remove(h)
+	}
+	left, err := c.run(context.WithoutCancel(ctx), releaseScript, m.relKeys, h.field, h.levels, c.publish).Int64()
+	if err != nil {
+		if final && renewed {
+			c.dog.add(h, h.leaseEnd())
+		}
+		h.unsure = h.unsure || outcomeUnknown(err)
+		return wrap(m.name, fmt.Errorf("unlock: %w", err))
+	}
+	switch {
+	case left > 0 && !final:
+		h.levels--
+		h.unsure = false
+		return nil
+	case left == 0 && final, left < 0 && final && h.unsure:
+		// Released now, or by an earlier call whose reply was lost.
+		h.levels = 0
+		c.unpin(h)
+		h.end(wrap(m.name, ErrReleased))
+		if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
+			// A fixed lease ran out before the release arrived: the key
+			// outlived it by a moment, but the protection had ended.
+			return cause
+		}
+		return nil
+	}
+	if c.lose(h) {
+		h.end(lostError(m.name, "it was not held any more when it was unlocked"))
+	}
+	return m.lostHold(ctx, h)
+}
+
+// IsLocked reports whether anyone holds the lock.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if err := m.usable(); err != nil {
+		return false, err
+	}
+	n, err := m.c.rdb.Exists(ctx, m.key).Result()
+	if err != nil {
+		return false, wrap(m.name, err)
+	}
+	return n == 1, nil
+}
+
+// HoldCount returns how many levels of the lock ctx holds, as Redis records
+// them: 0 when ctx does not hold it.
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if err := m.usable(); err != nil {
+		return 0, err
+	}
+	owner, ok := m.c.owner(ctx)
+	if !ok {
+		return 0, nil
+	}
+	n, err := m.c.rdb.HGet(ctx, m.key, m.c.field(owner)).Int()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, wrap(m.name, err)
+	}
+	return n, nil
+}
+
+// TTL returns how long the lock lasts unless renewed or released: 0 when it
+// is not held, a negative duration when it is held without expiry (not
+// written by a lock).
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+	if err := m.usable(); err != nil {
+		return 0, err
+	}
+	d, err := m.c.rdb.PTTL(ctx, m.key).Result()
+	if err != nil {
+		return 0, wrap(m.name, err)
+	}
+	if d == -2*time.Nanosecond || d == -2*time.Millisecond {
+		return 0, nil
+	}
+	return d, nil
+}
+
+// ForceUnlock deletes the lock whoever holds it and wakes its waiters. The
+// holder learns at its next renewal (its context is cancelled with ErrLost)
+// and its fenced writes are refused from then on. It reports whether there
+// was a lock to delete.
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := m.usable(); err != nil {
+		return false, err
+	}
+	n, err := m.c.run(ctx, forceUnlockScript, m.relKeys, m.c.publish).Int64()
+	if err != nil {
+		return false, wrap(m.name, err)
+	}
+	return n == 1, nil
+}

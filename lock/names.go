@@ -1,0 +1,64 @@
+package lock
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Redisson's prefixes for the keys and channels derived from a lock name.
+const (
+	channelPrefix = "redisson_lock__channel"
+	tokenPrefix   = "redisson_lock_token"
+)
+
+// derived names a key or channel that belongs to the lock called name, the way
+// Redisson does: the name is wrapped in braces so that both hash to the same
+// Cluster slot, unless it already carries a hash tag.
+func derived(prefix, name string) string {
+	if strings.Contains(name, "{") {
+		return prefix + ":" + name
+	}
+	return prefix + ":{" + name + "}"
+}
+
+// checkName rejects names that cannot be a lock: empty ones, and ones with a
+// "{" that does not open a valid hash tag (their derived keys would land in
+// another Cluster slot than the lock itself).
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty lock name", ErrInvalid)
+	}
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		j := strings.IndexByte(name[i+1:], '}')
+		if j <= 0 {
+			return fmt.Errorf("%w: lock name %q has a \"{\" without a non-empty hash tag \"{...}\"", ErrInvalid, name)
+		}
+	}
+	return nil
+}
+
+// slot returns the Redis Cluster hash slot of key.
+func slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key) % 16384)
+}
+
+// crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,0 +1,92 @@
+package lock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DefaultWatchdogTimeout is the lease of a lock held without WithLease. The
+// watchdog renews such a lock every third of it while the lock is held, so a
+// holder that dies keeps it at most this long. Redisson uses the same default.
+const DefaultWatchdogTimeout = 30 * time.Second
+
+// An Option configures a Client.
+type Option func(*clientOptions)
+
+type clientOptions struct {
+	watchdogTimeout time.Duration
+	namespace       string
+	logger          *slog.Logger
+	err             error
+}
+
+func defaultClientOptions() clientOptions {
+	return clientOptions{watchdogTimeout: DefaultWatchdogTimeout, logger: slog.Default()}
+}
+
+// WithWatchdogTimeout sets the lease of locks held without WithLease; the
+// watchdog renews them every d/3. Default DefaultWatchdogTimeout (30s).
+// A shorter timeout frees the locks of a crashed holder sooner and costs more
+// renewals; d must be at least 30ms.
+func WithWatchdogTimeout(d time.Duration) Option {
+	return func(o *clientOptions) {
+		if d < 30*time.Millisecond {
+			o.err = fmt.Errorf("%w: watchdog timeout %v, want at least 30ms", ErrInvalid, d)
+			return
+		}
+		o.watchdogTimeout = d
+	}
+}
+
+// WithNamespace prefixes every lock name with ns and a colon ("ns:name").
+// Default: no prefix, so names are the Redis keys themselves, as in Redisson.
+func WithNamespace(ns string) Option {
+	return func(o *clientOptions) { o.namespace = ns }
+}
+
+// WithLogger sets where the Client reports background trouble: renewals that
+// fail, subscriptions that break. Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *clientOptions) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// A LockOption configures one acquisition.
+type LockOption func(*lockOptions)
+
+type lockOptions struct {
+	lease time.Duration // 0 = watchdog
+	err   error
+}
+
+// WithLease holds the lock for exactly d unless it is unlocked sooner, and
+// turns the watchdog off for this hold: nothing renews it. The returned
+// context is cancelled with cause ErrLost when the lease runs out, so work
+// that outlives the lease learns it at once. Default: no fixed lease; the
+// watchdog renews the lock while it is held. d must be positive.
+//
+// A fixed lease is the classic trap of Redis locks: work that takes longer
+// than d runs unprotected. Prefer the watchdog, and fence the writes.
+func WithLease(d time.Duration) LockOption {
+	return func(o *lockOptions) {
+		if d <= 0 {
+			o.err = fmt.Errorf("%w: lease %v, want a positive duration", ErrInvalid, d)
+			return
+		}
+		o.lease = d
+	}
+}
+
+func collectLockOptions(opts []LockOption) lockOptions {
+	var o lockOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}

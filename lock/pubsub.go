@@ -1,0 +1,296 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// subscriptionLinger is how long an unlock channel stays subscribed after its
+// last waiter left, so that a hot lock does not subscribe and unsubscribe
+// around every handoff.
+const subscriptionLinger = 2 * time.Second
+
+// A subscriber owns the Client's pub/sub connections: one for a single node
+// or Sentinel deployment, one per master node in a Cluster (shard channels
+// live on the node that owns their slot). Each unlock channel is subscribed
+// once, however many goroutines wait on it; one goroutine per connection
+// reads the messages and wakes the head of the matching wait queue.
+type subscriber struct {
+	c *Client
+
+	mu     sync.Mutex
+	conns  map[string]*psConn // by node address; "" when not Cluster
+	chans  map[string]*chanSub
+	closed bool
+}
+
+// A psConn is one pub/sub connection and the goroutine reading it.
+type psConn struct {
+	ps      *redis.PubSub
+	sharded bool // SSUBSCRIBE / SUNSUBSCRIBE (Cluster)
+}
+
+// A chanSub is the subscription of one unlock channel.
+type chanSub struct {
+	channel string
+	conn    *psConn
+	ready   chan struct{} // closed when confirmed by the server, or failed
+	err     error         // why it failed; written before ready is closed
+
+	// Guarded by subscriber.mu.
+	refs      int
+	confirmed bool
+	idle      *time.Timer // pending unsubscribe
+}
+
+func newSubscriber(c *Client) *subscriber {
+	return &subscriber{c: c, conns: make(map[string]*psConn), chans: make(map[string]*chanSub)}
+}
+
+// acquire returns the subscription of channel, counting the caller as a user
+// until release. A new subscription is requested in the background; wait on
+// its ready channel.
+func (s *subscriber) acquire(channel string) *chanSub {
+	s.mu.Lock()
+	if cs := s.chans[channel]; cs != nil {
+		cs.refs++
+		if cs.idle != nil {
+			cs.idle.Stop()
+			cs.idle = nil
+		}
+		s.mu.Unlock()
+		return cs
+	}
+	cs := &chanSub{channel: channel, refs: 1, ready: make(chan struct{})}
+	if s.closed {
+		s.mu.Unlock()
+		cs.err = ErrClosed
+		close(cs.ready)
+		return cs
+	}
+	s.chans[channel] = cs
+	s.mu.Unlock()
+	s.c.goBackground(func() { s.subscribe(cs) })
+	return cs
+}
+
+// subscribe sends the SUBSCRIBE (SSUBSCRIBE) for cs; the reading goroutine
+// confirms it when the server answers.
+func (s *subscriber) subscribe(cs *chanSub) {
+	ctx, cancel := s.c.backgroundContext(10 * time.Second)
+	defer cancel()
+	pc, err := s.connFor(ctx, cs.channel)
+	if err == nil {
+		cs.conn = pc
+		if pc.sharded {
+			err = pc.ps.SSubscribe(ctx, cs.channel)
+		} else {
+			err = pc.ps.Subscribe(ctx, cs.channel)
+		}
+	}
+	if err != nil {
+		s.fail(cs, err)
+	}
+}
+
+// fail ends cs with err: its waiters see the error, the next one subscribes anew.
+func (s *subscriber) fail(cs *chanSub, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.chans[cs.channel] == cs {
+		delete(s.chans, cs.channel)
+	}
+	if !cs.confirmed {
+		cs.confirmed = true
+		cs.err = err
+		close(cs.ready)
+	}
+}
+
+// release ends one use of cs. The channel is unsubscribed when it has had no
+// user for subscriptionLinger.
+func (s *subscriber) release(cs *chanSub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs.refs--
+	if cs.refs > 0 || s.chans[cs.channel] != cs || s.closed {
+		return
+	}
+	cs.idle = time.AfterFunc(subscriptionLinger, func() {
+		s.mu.Lock()
+		if cs.refs > 0 || s.chans[cs.channel] != cs || s.closed {
+			s.mu.Unlock()
+			return
+		}
+		delete(s.chans, cs.channel)
+		s.mu.Unlock()
+		ctx, cancel := s.c.backgroundContext(5 * time.Second)
+		defer cancel()
+		if cs.conn.sharded {
+			_ = cs.conn.ps.SUnsubscribe(ctx, cs.channel)
+		} else {
+			_ = cs.conn.ps.Unsubscribe(ctx, cs.channel)
+		}
+	})
+}
+
+// connFor returns the pub/sub connection that carries channel, creating it and
+// its reading goroutine on first use.
+func (s *subscriber) connFor(ctx context.Context, channel string) (*psConn, error) {
+	addr := ""
+	var node *redis.Client
+	if s.c.cluster {
+		n, err := s.c.rdb.(*redis.ClusterClient).MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, fmt.Errorf("find the node of %s: %w", channel, err)
+		}
+		node, addr = n, n.Options().Addr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if pc := s.conns[addr]; pc != nil {
+		return pc, nil
+	}
+	pc := &psConn{sharded: node != nil}
+	if node != nil {
+		pc.ps = node.SSubscribe(ctx)
+	} else {
+		pc.ps = s.c.rdb.Subscribe(ctx)
+	}
+	s.conns[addr] = pc
+	s.c.goBackground(func() { s.read(pc) })
+	return pc, nil
+}
+
+// read receives the messages of pc until the Client closes. When the
+// connection breaks, go-redis reconnects and subscribes again on the next
+// receive; unlock messages published meanwhile are lost, so every
+// re-confirmed channel wakes its head waiter to try again.
+func (s *subscriber) read(pc *psConn) {
+	backoff := time.Duration(0)
+	broken := false
+	for {
+		msg, err := pc.ps.Receive(context.Background())
+		if err != nil {
+			if s.c.closed() {
+				return
+			}
+			if !broken {
+				broken = true
+				s.c.opts.logger.Warn("lock: pub/sub connection broken; waiters fall back to lease timeouts until it is back", "err", err)
+			}
+			backoff = min(2*backoff+10*time.Millisecond, time.Second)
+			select {
+			case <-time.After(backoff):
+			case <-s.c.done:
+				return
+			}
+			continue
+		}
+		backoff = 0
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.c.deliver(m.Channel)
+		case *redis.Subscription:
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				if broken {
+					broken = false
+					s.c.opts.logger.Info("lock: pub/sub connection restored")
+				}
+				s.confirm(m.Channel)
+			case "sunsubscribe":
+				s.dropped(m.Channel)
+			}
+		}
+	}
+}
+
+// confirm marks channel subscribed. A channel confirmed again was
+// resubscribed after a reconnect: its head waiter tries again in case the
+// unlock it waits for happened meanwhile.
+func (s *subscriber) confirm(channel string) {
+	s.mu.Lock()
+	cs := s.chans[channel]
+	again := cs != nil && cs.confirmed
+	if cs != nil && !cs.confirmed {
+		cs.confirmed = true
+		close(cs.ready)
+	}
+	s.mu.Unlock()
+	if again {
+		s.c.deliver(channel)
+	}
+}
+
+// dropped handles a shard channel the server unsubscribed by itself (its
+// slot moved to another node): the subscription is forgotten and the head
+// waiter tries again, subscribing on the new node if it still has to wait.
+func (s *subscriber) dropped(channel string) {
+	s.mu.Lock()
+	cs := s.chans[channel]
+	if cs == nil || cs.refs == 0 {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.chans, channel)
+	s.mu.Unlock()
+	ctx, cancel := s.c.backgroundContext(5 * time.Second)
+	_ = cs.conn.ps.SUnsubscribe(ctx, channel) // forget it in go-redis too, or it resubscribes on reconnect
+	cancel()
+	s.c.resubscribe(channel, cs)
+}
+
+// close closes every pub/sub connection; their reading goroutines end.
+func (s *subscriber) close() {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*psConn, 0, len(s.conns))
+	for _, pc := range s.conns {
+		conns = append(conns, pc)
+	}
+	for _, cs := range s.chans {
+		if cs.idle != nil {
+			cs.idle.Stop()
+		}
+	}
+	s.mu.Unlock()
+	for _, pc := range conns {
+		if err := pc.ps.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+			s.c.opts.logger.Debug("lock: closing pub/sub", "err", err)
+		}
+	}
+}
+
+// resubscribe drops the subscription cs of channel's queue, if it still uses
+// it, and wakes the head waiter, which subscribes anew when it has to wait.
+func (c *Client) resubscribe(channel string, cs *chanSub) {
+	c.qmu.Lock()
+	q := c.queues[channel]
+	if q == nil || q.sub != cs {
+		c.qmu.Unlock()
+		return
+	}
+	q.sub = nil
+	if len(q.waiters) > 0 {
+		h := q.waiters[0]
+		h.tryNow = true
+		signal(h)
+	}
+	c.qmu.Unlock()
+	c.subs.release(cs)
+}
+
+// backgroundContext returns a context for the Client's own Redis calls:
+// bounded by d and cancelled when the Client closes.
+func (c *Client) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.life, d)
+}

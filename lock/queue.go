@@ -1,0 +1,221 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// A waitQueue lines up the goroutines of one Client that wait for one lock,
+// in arrival order. Only its head tries to acquire; an unlock message wakes
+// the head alone, so a release costs one attempt per Client rather than one
+// per waiting goroutine, and a goroutine that just unlocked cannot overtake
+// the ones already waiting.
+type waitQueue struct {
+	channel string
+	waiters []*waiter
+	sub     *chanSub // the unlock channel's subscription, taken by the first head that needs it
+}
+
+// A waiter is one goroutine in a waitQueue.
+type waiter struct {
+	notify chan struct{} // capacity 1: "look at your state again"
+
+	// Guarded by Client.qmu.
+	head   bool
+	tryNow bool          // try to acquire without waiting
+	bound  time.Duration // when it became head without tryNow: try after at most this long; <0 = unset
+}
+
+// An attempt tries to acquire once. It reports whether it acquired, and if
+// not, how long the current holder's lease has left (the longest the caller
+// should wait for an unlock message before trying again).
+type attempt func(ctx context.Context) (ok bool, retry time.Duration, err error)
+
+// waitFor calls try until it acquires, wait runs out (ErrNotAcquired; wait < 0
+// waits without bound), ctx ends, or the Client closes. lease is how long a
+// lock taken by this Client lasts unless renewed: the next waiter waits at
+// most that long for its unlock message. Waiting is pushed: the head waits
+// for an unlock message on the lock's channel, bounded by the remaining lease
+// the last attempt reported; nothing polls.
+func (c *Client) waitFor(ctx context.Context, name, channel string, wait, lease time.Duration, try attempt) error {
+	if !c.queued(channel) {
+		// Nobody of this Client is waiting: try at once, without queueing.
+		ok, _, err := try(ctx)
+		if err != nil || ok {
+			return err
+		}
+		if wait == 0 {
+			return wrap(name, ErrNotAcquired)
+		}
+	}
+
+	var deadline <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+
+	q, w := c.join(channel)
+	acquired := false
+	defer func() { c.leaveQueue(q, w, acquired, lease) }()
+
+	for {
+		c.qmu.Lock()
+		head, tryNow, bound := w.head, w.tryNow, w.bound
+		w.tryNow, w.bound = false, -1
+		c.qmu.Unlock()
+
+		if head && tryNow {
+			// Subscribe before trying: an unlock between a failed attempt and
+			// the subscription would otherwise go unnoticed.
+			if err := c.awaitSubscription(ctx, name, q, deadline); err != nil {
+				return err
+			}
+			ok, r, err := try(ctx)
+			if err != nil {
+				return err
+			}
+			if ok {
+				acquired = true
+				return nil
+			}
+			if wait == 0 {
+				return wrap(name, ErrNotAcquired)
+			}
+			bound = r
+		}
+		if head && bound >= 0 {
+			timer.Reset(bound)
+		}
+		select {
+		case <-w.notify:
+		case <-timer.C:
+			c.qmu.Lock()
+			w.tryNow = w.head
+			c.qmu.Unlock()
+		case <-deadline:
+			return wrap(name, ErrNotAcquired)
+		case <-ctx.Done():
+			return ctxErr(name, ctx)
+		case <-c.done:
+			return wrap(name, ErrClosed)
+		}
+	}
+}
+
+// queued reports whether goroutines of this Client wait on channel.
+func (c *Client) queued(channel string) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[channel]
+	return q != nil && len(q.waiters) > 0
+}
+
+// join appends a waiter to channel's queue. A waiter that is head at once
+// tries at once (after subscribing: see waitFor).
+func (c *Client) join(channel string) (*waitQueue, *waiter) {
+	w := &waiter{notify: make(chan struct{}, 1), bound: -1}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[channel]
+	if q == nil {
+		q = &waitQueue{channel: channel}
+		c.queues[channel] = q
+	}
+	q.waiters = append(q.waiters, w)
+	if len(q.waiters) == 1 {
+		w.head, w.tryNow = true, true
+	}
+	return q, w
+}
+
+// leaveQueue removes w from q. If w was head, the next waiter becomes head:
+// it tries at once if w gave up (w may have swallowed an unlock message), or
+// waits for the unlock message of the holder w became, at most lease.
+func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Duration) {
+	c.qmu.Lock()
+	var release *chanSub
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			break
+		}
+	}
+	if w.head && len(q.waiters) > 0 {
+		next := q.waiters[0]
+		next.head = true
+		if acquired {
+			next.bound = lease
+		} else {
+			next.tryNow = true
+		}
+		signal(next)
+	}
+	if len(q.waiters) == 0 {
+		delete(c.queues, q.channel)
+		release, q.sub = q.sub, nil
+	}
+	c.qmu.Unlock()
+	if release != nil {
+		c.subs.release(release)
+	}
+}
+
+// deliver handles a message on an unlock channel: the head of its queue tries
+// again. Messages for channels nobody waits on are dropped.
+func (c *Client) deliver(channel string) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if q := c.queues[channel]; q != nil && len(q.waiters) > 0 {
+		h := q.waiters[0]
+		h.tryNow = true
+		signal(h)
+	}
+}
+
+// awaitSubscription makes sure q's unlock channel is subscribed and confirmed.
+// A subscription that failed is dropped, so that the next head subscribes anew.
+func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
+	c.qmu.Lock()
+	if q.sub == nil {
+		q.sub = c.subs.acquire(q.channel)
+	}
+	sub := q.sub
+	c.qmu.Unlock()
+	select {
+	case <-sub.ready:
+	case <-deadline:
+		return wrap(name, ErrNotAcquired)
+	case <-ctx.Done():
+		return ctxErr(name, ctx)
+	case <-c.done:
+		return wrap(name, ErrClosed)
+	}
+	err := sub.err
+	if err == nil {
+		return nil
+	}
+	c.qmu.Lock()
+	drop := q.sub == sub
+	if drop {
+		q.sub = nil
+	}
+	c.qmu.Unlock()
+	if drop {
+		c.subs.release(sub)
+	}
+	return fmt.Errorf("lock %q: subscribe to unlock messages: %w", name, err)
+}
+
+// signal wakes w without blocking; a pending wake-up is enough.
+func signal(w *waiter) {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,35 @@
+-- release.lua: release one level of a reentrant lock; on the last level delete
+-- the lock and publish Redisson's unlock message so that waiters wake up.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the unlock channel "redisson_lock__channel:{<name>}"
+-- ARGV[1]  the owner field
+-- ARGV[2]  the hold count the owner believes it has before this call
+-- ARGV[3]  the publish command: "publish", or "spublish" on Redis Cluster
+--
+-- The owner's count makes resent calls harmless: a copy whose twin was already
+-- applied (its reply lost) finds the stored count one lower and changes
+-- nothing. The last level removes the owner whatever the stored count, so a
+-- re-entry whose reply was lost can never keep the lock held forever.
+--
+-- Returns the hold count left (0 = the lock is free now), or
+--         -1 when the owner does not hold the lock: it expired, was
+--            force-unlocked, or a copy of this call already released it.
+local held = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or 0)
+local expected = tonumber(ARGV[2])
+
+if held == 0 then
+  return -1
+end
+
+if expected > 1 and held == expected - 1 then
+  -- Applied before; only its reply was lost.
+  return held
+end
+
+if expected <= 1 or held <= 1 then
+  redis.call('del', KEYS[1])
+  redis.call(ARGV[3], KEYS[2], 0)
+  return 0
+end
+return redis.call('hincrby', KEYS[1], ARGV[1], -1)

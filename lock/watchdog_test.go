@@ -1,0 +1,186 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+func TestWatchdog_KeepsLockPastItsTimeout(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(600*time.Millisecond))
+	name := lockName(t)
+	ctx, err := cs[0].Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if ctx.Err() != nil {
+		t.Fatalf("hold ended after 3s: %v", context.Cause(ctx))
+	}
+	if _, err := cs[1].Mutex(name).TryLock(context.Background(), 0); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another client could lock after 3s of a renewed hold: %v", err)
+	}
+	if ttl, _ := cs[0].Mutex(name).TTL(context.Background()); ttl <= 0 || ttl > 600*time.Millisecond {
+		t.Fatalf("TTL = %v, want within the 600ms watchdog timeout", ttl)
+	}
+	if err := cs[0].Mutex(name).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchdog_FixedLeaseExpiresAndCancelsContext(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1, lock.WithWatchdogTimeout(600*time.Millisecond))[0]
+	name := lockName(t)
+	start := time.Now()
+	ctx, err := c.Mutex(name).Lock(context.Background(), lock.WithLease(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ctx.Done()
+	if d := time.Since(start); d < 450*time.Millisecond || d > 700*time.Millisecond {
+		t.Fatalf("fixed-lease context ended after %v, want about 500ms", d)
+	}
+	if !errors.Is(context.Cause(ctx), lock.ErrLost) {
+		t.Fatalf("cause = %v, want ErrLost", context.Cause(ctx))
+	}
+	eventually(t, 300*time.Millisecond, "the key expires with its lease", func() bool {
+		locked, _ := c.Mutex(name).IsLocked(context.Background())
+		return !locked
+	})
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Fatalf("key gone only after %v: something renewed a fixed lease", d)
+	}
+	if err := c.Mutex(name).Unlock(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("unlock after the lease ran out = %v, want ErrLost", err)
+	}
+}
+
+func TestWatchdog_DeletedLockCancelsContextWithinOnePeriod(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1, lock.WithWatchdogTimeout(600*time.Millisecond))[0]
+	name := lockName(t)
+	ctx, err := c.Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	srv.Do("DEL", name)
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+		t.Fatal("deleting the lock did not cancel its context")
+	}
+	if d := time.Since(deleted); d > 250*time.Millisecond {
+		t.Fatalf("loss noticed after %v, want within one renewal period (200ms)", d)
+	}
+	if !errors.Is(context.Cause(ctx), lock.ErrLost) {
+		t.Fatalf("cause = %v, want ErrLost", context.Cause(ctx))
+	}
+	if err := c.Mutex(name).Unlock(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("unlock of a lost lock = %v, want ErrLost", err)
+	}
+	// The owner can take the lock afresh.
+	again, err := c.Mutex(name).TryLock(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Mutex(name).Unlock(again)
+}
+
+func TestWatchdog_ForceUnlockIsAnnouncedToTheHolder(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(600*time.Millisecond))
+	name := lockName(t)
+	ctx, err := cs[0].Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := cs[1].Mutex(name).ForceUnlock(context.Background()); !ok || err != nil {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	eventually(t, time.Second, "holder learns of the forced unlock", func() bool { return ctx.Err() != nil })
+	if !errors.Is(context.Cause(ctx), lock.ErrLost) {
+		t.Fatalf("cause = %v", context.Cause(ctx))
+	}
+}
+
+func TestWatchdog_CrashedHolderLockExpiresAndIsTaken(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(600*time.Millisecond))
+	name := lockName(t)
+	if _, err := cs[0].Mutex(name).Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // renewed at least once
+	crashed := time.Now()
+	cs[0].Close() // stops renewing without unlocking, as a dead process would
+	ctx, err := cs[1].Mutex(name).TryLock(context.Background(), 3*time.Second)
+	if err != nil {
+		t.Fatalf("the crashed holder's lock was not taken: %v", err)
+	}
+	if d := time.Since(crashed); d > 900*time.Millisecond {
+		t.Fatalf("taken %v after the crash, want within the 600ms watchdog timeout", d)
+	}
+	cs[1].Mutex(name).Unlock(ctx)
+}
+
+func TestWatchdog_NoRenewalAfterFinalUnlock(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1, lock.WithWatchdogTimeout(300*time.Millisecond))[0]
+	name := lockName(t)
+	rdb := srv.Client()
+	for i := 0; i < 20; i++ {
+		ctx, err := c.Mutex(name).Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%4) * 40 * time.Millisecond)
+		if err := c.Mutex(name).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := commandCalls(t, rdb)
+	time.Sleep(500 * time.Millisecond) // more than one renewal period
+	d := delta(before, commandCalls(t, rdb))
+	delete(d, "info")
+	if len(d) != 0 {
+		t.Fatalf("commands after every lock was released: %v", d)
+	}
+}
+
+func TestWatchdog_RenewsManyLocksInBatches(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1, lock.WithWatchdogTimeout(900*time.Millisecond))[0]
+	rdb := srv.Client()
+	const n = 2000
+	ctxs := make([]context.Context, n)
+	for i := range ctxs {
+		ctx, err := c.Mutex(fmt.Sprintf("%s:%d", lockName(t), i)).Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctxs[i] = ctx
+	}
+	before := commandCalls(t, rdb)
+	time.Sleep(1200 * time.Millisecond) // four periods of 300ms
+	d := delta(before, commandCalls(t, rdb))
+	// 2000 locks = 4 script calls of 512 per period; about 4 periods.
+	if d["evalsha"] > 4*5 || d["evalsha"] < 4*2 {
+		t.Fatalf("renewal calls in 1.2s = %d, want about 16 (4 batched calls per period)", d["evalsha"])
+	}
+	for i, ctx := range ctxs {
+		if ctx.Err() != nil {
+			t.Fatalf("lock %d lost: %v", i, context.Cause(ctx))
+		}
+		if err := c.Mutex(fmt.Sprintf("%s:%d", lockName(t), i)).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -42,8 +42,7 @@ type hold struct {
 	pinned bool // held: stays registered until released or lost
 	lost   bool
 
-	// Guarded by c.dog.mu.
-	renewedUntil time.Time // when the lease ends unless renewed again
+	renewal renewal // how the watchdog renews the hold
 }
 
 // holdCtxKey marks the contexts that descend from a hold's context.
@@ -58,6 +57,16 @@ func (c *Client) ref(key, name string, owner int64) *hold {
 	h := c.holds[id]
 	if h == nil {
 		h = &hold{c: c, id: id, name: name, field: c.field(owner), sem: make(chan struct{}, 1)}
+		h.renewal = renewal{
+			script: renewScript,
+			keys:   []string{key},
+			args:   []any{h.field},
+			lost: func(why string) {
+				if c.lose(h) {
+					h.end(lostError(h.name, why))
+				}
+			},
+		}
 		c.holds[id] = h
 	}
 	h.refs++
@@ -104,7 +113,7 @@ func (c *Client) unpin(h *hold) {
 // starts afresh. It reports whether h was held until now; the caller then
 // cancels h's context.
 func (c *Client) lose(h *hold) bool {
-	c.dog.remove(h)
+	c.dog.remove(&h.renewal)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !h.pinned {
@@ -122,13 +131,6 @@ func (c *Client) isLost(h *hold) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return h.lost
-}
-
-// leaseEnd returns when h's lease ends unless renewed.
-func (h *hold) leaseEnd() time.Time {
-	h.c.dog.mu.Lock()
-	defer h.c.dog.mu.Unlock()
-	return h.renewedUntil
 }
 
 // enter waits for h's semaphore or for ctx to end.

@@ -152,7 +152,7 @@ func (m *Mutex) acquire(ctx context.Context, wait time.Duration, opts []LockOpti
 	h.begin(ctx, !known, start)
 	c.pin(h)
 	if !h.fixed {
-		c.dog.add(h, start.Add(h.lease))
+		c.dog.add(&h.renewal, start.Add(h.lease))
 	}
 	if c.closed() && c.lose(h) {
 		h.end(fmt.Errorf("lock %q: %w: %w", m.name, ErrLost, ErrClosed))
@@ -286,12 +286,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	renewed := false
 	if final {
 		// No renewal may be sent after the final release.
-		renewed = c.dog.remove(h)
+		renewed = c.dog.remove(&h.renewal)
 	}
 	left, err := c.run(context.WithoutCancel(ctx), releaseScript, m.relKeys, h.field, h.levels, c.publish).Int64()
 	if err != nil {
 		if final && renewed {
-			c.dog.add(h, h.leaseEnd())
+			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
 		}
 		h.unsure = h.unsure || outcomeUnknown(err)
 		return wrap(m.name, fmt.Errorf("unlock: %w", err))

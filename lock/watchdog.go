@@ -29,24 +29,39 @@ type watchdog struct {
 	period time.Duration
 
 	mu      sync.Mutex
-	holds   map[*hold]struct{}
+	holds   map[*renewal]struct{}
 	running bool
 	kick    chan struct{} // capacity 1: the first hold arrived
+}
+
+// A renewal is one held lock as the watchdog sees it. Locks of every kind
+// share the loop: each brings a batch script that renews many locks at once,
+// with KEYS the keys of each lock in turn and ARGV[1] the lease in
+// milliseconds followed by the arguments of each lock in turn.
+type renewal struct {
+	script *redis.Script
+	keys   []string // this lock's keys, all in one hash slot
+	args   []any    // this lock's arguments
+	lost   func(why string)
+
+	until time.Time // guarded by watchdog.mu: when the lease ends unless renewed
 }
 
 func newWatchdog(c *Client) *watchdog {
 	return &watchdog{
 		c:      c,
 		period: c.opts.watchdogTimeout / 3,
-		holds:  make(map[*hold]struct{}),
+		holds:  make(map[*renewal]struct{}),
 		kick:   make(chan struct{}, 1),
 	}
 }
 
-// add starts renewing h, whose lease runs until until.
-func (w *watchdog) add(h *hold, until time.Time) {
+// add starts renewing h, whose lease runs until until. The script answers 1
+// for each lock it renewed and 0 for each lock it found gone; h.lost is then
+// called, outside the watchdog's lock.
+func (w *watchdog) add(h *renewal, until time.Time) {
 	w.mu.Lock()
-	h.renewedUntil = until
+	h.until = until
 	w.holds[h] = struct{}{}
 	start := !w.running
 	if start {
@@ -61,9 +76,10 @@ func (w *watchdog) add(h *hold, until time.Time) {
 	}
 }
 
-// remove stops renewing h and returns when no renewal of h is pending any
-// more in this process. It reports whether h was being renewed.
-func (w *watchdog) remove(h *hold) bool {
+// remove stops renewing h. It reports whether h was being renewed. A renewal
+// already under way may still reach Redis; the scripts renew only locks
+// their owner still holds, so it cannot revive a released lock.
+func (w *watchdog) remove(h *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.holds[h]
@@ -71,11 +87,11 @@ func (w *watchdog) remove(h *hold) bool {
 	return ok
 }
 
-// len returns the number of holds being renewed.
-func (w *watchdog) len() int {
+// leaseEnd returns when h's lease ends unless renewed.
+func (w *watchdog) leaseEnd(h *renewal) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.holds)
+	return h.until
 }
 
 func (w *watchdog) loop() {
@@ -108,7 +124,7 @@ func (w *watchdog) renew() time.Duration {
 		w.mu.Unlock()
 		return -1
 	}
-	all := make([]*hold, 0, len(w.holds))
+	all := make([]*renewal, 0, len(w.holds))
 	for h := range w.holds {
 		all = append(all, h)
 	}
@@ -124,7 +140,7 @@ func (w *watchdog) renew() time.Duration {
 
 	next := w.period
 	type loss struct {
-		h   *hold
+		h   *renewal
 		why string
 	}
 	var lost []loss
@@ -137,14 +153,14 @@ func (w *watchdog) renew() time.Duration {
 			}
 			switch {
 			case err == nil && j < len(vals) && vals[j] == 1:
-				h.renewedUntil = leaseEnd
+				h.until = leaseEnd
 			case err == nil:
 				lost = append(lost, loss{h, "the watchdog found it gone"})
-			case !now.Before(h.renewedUntil):
+			case !now.Before(h.until):
 				lost = append(lost, loss{h, "renewals failed until its lease ran out: " + err.Error()})
 			default:
 				retry := max(w.period/8, 10*time.Millisecond)
-				next = min(next, retry, h.renewedUntil.Sub(now))
+				next = min(next, retry, h.until.Sub(now))
 			}
 		}
 	}
@@ -153,49 +169,48 @@ func (w *watchdog) renew() time.Duration {
 		w.c.opts.logger.Debug("lock: watchdog found locks lost", "count", len(lost))
 	}
 	for _, l := range lost {
-		if w.c.lose(l.h) {
-			l.h.end(lostError(l.h.name, l.why))
-		}
+		w.remove(l.h)
+		l.h.lost(l.why)
 	}
 	return max(next, time.Millisecond)
 }
 
-// chunk groups holds by hash slot (Cluster) and splits the groups into
-// script calls of at most renewChunk locks.
-func (w *watchdog) chunk(all []*hold) [][]*hold {
-	var groups [][]*hold
-	if w.c.cluster {
-		bySlot := make(map[int][]*hold)
-		for _, h := range all {
-			s := slot(h.id.key)
-			bySlot[s] = append(bySlot[s], h)
-		}
-		slots := make([]int, 0, len(bySlot))
-		for s := range bySlot {
-			slots = append(slots, s)
-		}
-		sort.Ints(slots)
-		for _, s := range slots {
-			groups = append(groups, bySlot[s])
-		}
-	} else {
-		groups = [][]*hold{all}
+// chunk groups holds by script and hash slot and splits the groups into
+// script calls of at most renewChunk locks each.
+func (w *watchdog) chunk(all []*renewal) [][]*renewal {
+	type group struct {
+		script *redis.Script
+		slot   int
 	}
-	var chunks [][]*hold
-	for _, g := range groups {
-		for len(g) > renewChunk {
-			chunks = append(chunks, g[:renewChunk])
-			g = g[renewChunk:]
+	by := make(map[group][]*renewal)
+	var order []group
+	for _, h := range all {
+		g := group{script: h.script}
+		if w.c.cluster {
+			g.slot = slot(h.keys[0])
 		}
-		chunks = append(chunks, g)
+		if _, ok := by[g]; !ok {
+			order = append(order, g)
+		}
+		by[g] = append(by[g], h)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i].slot < order[j].slot })
+	var chunks [][]*renewal
+	for _, g := range order {
+		hs := by[g]
+		for len(hs) > renewChunk {
+			chunks = append(chunks, hs[:renewChunk])
+			hs = hs[renewChunk:]
+		}
+		chunks = append(chunks, hs)
 	}
 	return chunks
 }
 
-// send runs the renewal script once per chunk, pipelined
-// renewCallsPerRoundTrip calls at a time. A server that lost its script cache
-// gets the script loaded once and the failed calls again.
-func (w *watchdog) send(ctx context.Context, chunks [][]*hold) []*redis.Cmd {
+// send runs each chunk's script once, pipelined renewCallsPerRoundTrip calls
+// at a time. A server that lost its script cache gets the script loaded once
+// and the failed calls again.
+func (w *watchdog) send(ctx context.Context, chunks [][]*renewal) []*redis.Cmd {
 	lease := strconv.FormatInt(w.c.opts.watchdogTimeout.Milliseconds(), 10)
 	cmds := make([]*redis.Cmd, len(chunks))
 	exec := func(idx []int) {
@@ -203,13 +218,13 @@ func (w *watchdog) send(ctx context.Context, chunks [][]*hold) []*redis.Cmd {
 			n := min(len(idx), renewCallsPerRoundTrip)
 			pipe := w.c.rdb.Pipeline()
 			for _, i := range idx[:n] {
-				keys := make([]string, len(chunks[i]))
-				args := make([]any, 1+len(chunks[i]))
-				args[0] = lease
-				for j, h := range chunks[i] {
-					keys[j], args[j+1] = h.id.key, h.field
+				var keys []string
+				args := []any{lease}
+				for _, h := range chunks[i] {
+					keys = append(keys, h.keys...)
+					args = append(args, h.args...)
 				}
-				cmds[i] = renewScript.EvalSha(ctx, pipe, keys, args...)
+				cmds[i] = chunks[i][0].script.EvalSha(ctx, pipe, keys, args...)
 			}
 			_, _ = pipe.Exec(ctx)
 			idx = idx[n:]
@@ -221,12 +236,20 @@ func (w *watchdog) send(ctx context.Context, chunks [][]*hold) []*redis.Cmd {
 	}
 	exec(all)
 	var again []int
+	loaded := make(map[*redis.Script]bool)
 	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+		if !isNoScript(cmd.Err()) {
+			continue
+		}
+		s := chunks[i][0].script
+		if _, tried := loaded[s]; !tried {
+			loaded[s] = s.Load(ctx, w.c.rdb).Err() == nil
+		}
+		if loaded[s] {
 			again = append(again, i)
 		}
 	}
-	if len(again) > 0 && renewScript.Load(ctx, w.c.rdb).Err() == nil {
+	if len(again) > 0 {
 		exec(again)
 	}
 	return cmds

@@ -50,6 +50,7 @@ type requestState struct {
 	read    bool
 	body    []byte
 	readErr error
+	replay  replayBody // the body put back; part of the state to save an allocation
 
 	parsed   bool
 	parseErr error
@@ -83,7 +84,7 @@ func (s *requestState) readBody(req *http.Request, limit int64) ([]byte, error) 
 	}
 	if !s.read {
 		s.read = true
-		s.body, s.readErr = readAndRestore(req, limit)
+		s.body, s.readErr = readAndRestore(req, limit, &s.replay)
 	}
 	if s.readErr != nil {
 		return nil, s.readErr
@@ -110,7 +111,7 @@ type prefixedBody struct {
 	io.Closer
 }
 
-func readAndRestore(req *http.Request, limit int64) ([]byte, error) {
+func readAndRestore(req *http.Request, limit int64, rb *replayBody) ([]byte, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil, nil
 	}
@@ -140,16 +141,13 @@ func readAndRestore(req *http.Request, limit int64) ([]byte, error) {
 	if err == io.EOF {
 		err = nil
 	}
-	var maxBytes *http.MaxBytesError
-	switch {
-	case int64(len(buf)) > limit || errors.As(err, &maxBytes):
+	if int64(len(buf)) > limit || err != nil {
 		req.Body = &prefixedBody{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}
-		return nil, tooLarge(limit)
-	case err != nil:
-		req.Body = &prefixedBody{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}
+		if maxBytes := (*http.MaxBytesError)(nil); int64(len(buf)) > limit || errors.As(err, &maxBytes) {
+			return nil, tooLarge(limit)
+		}
 		return nil, fmt.Errorf("%w: reading: %w", ErrBadBody, err)
 	}
-	rb := new(replayBody)
 	rb.Reset(buf)
 	req.Body = rb
 	return buf, nil

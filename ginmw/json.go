@@ -263,14 +263,14 @@ func valueAt(b []byte, i int) jsonValue {
 // b[i], and whether it has escapes.
 func skipString(b []byte, i int) (int, bool) {
 	esc := false
-	for i++; ; {
-		k := bytes.IndexAny(b[i:], "\"\\")
-		i += k
-		if b[i] == '"' {
+	for i++; ; i++ {
+		switch b[i] {
+		case '"':
 			return i + 1, esc
+		case '\\':
+			esc = true
+			i++ // the escaped byte is never the closing quote
 		}
-		esc = true
-		i += 2 // the escape's second byte is never a quote or backslash that ends it
 	}
 }
 

@@ -31,7 +31,7 @@ func (*rewindBody) Close() error { return nil }
 // discardWriter is an http.ResponseWriter that costs nothing.
 type discardWriter struct{ h http.Header }
 
-func (w discardWriter) Header() http.Header         { return w.h }
+func (w discardWriter) Header() http.Header       { return w.h }
 func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (discardWriter) WriteHeader(int)             {}
 

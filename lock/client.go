@@ -42,7 +42,8 @@ type Client struct {
 	holds map[holdID]*hold
 
 	qmu    sync.Mutex
-	queues map[string]*waitQueue // by unlock channel
+	queues map[string]*waitQueue    // by unlock channel
+	relays map[string]map[relay]int // unlock channels forwarded to other Clients' queues
 
 	subs *subscriber
 	dog  *watchdog
@@ -69,6 +70,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		opts:    defaultClientOptions(),
 		holds:   make(map[holdID]*hold),
 		queues:  make(map[string]*waitQueue),
+		relays:  make(map[string]map[relay]int),
 	}
 	c.life, c.end = context.WithCancel(context.Background())
 	c.done = c.life.Done()

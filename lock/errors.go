@@ -28,6 +28,23 @@ var (
 	// ErrClosed is returned by every operation of a closed Client.
 	ErrClosed = errors.New("lock: client closed")
 
+	// ErrUpgrade is returned by RWMutex.Lock when the context holds the read
+	// lock: waiting for the write lock would wait for itself. Release the
+	// read lock first (or take the write lock first and the read lock
+	// under it, which is allowed).
+	ErrUpgrade = errors.New("lock: read lock held; upgrade to the write lock would deadlock")
+
+	// ErrNotReplicated is returned when an acquisition made with replica
+	// acknowledgement (WithReplicaAck, WithReplicas) was confirmed by fewer
+	// replicas than required within the timeout. The acquisition has been
+	// undone.
+	ErrNotReplicated = errors.New("lock: not confirmed by enough replicas")
+
+	// ErrNoQuorum is returned by a RedLock when fewer than a majority of its
+	// nodes could be reached, and is the cause of a RedLock context whose
+	// majority was lost (it then wraps ErrLost too).
+	ErrNoQuorum = errors.New("lock: no quorum")
+
 	// ErrInvalid reports bad input: a nil Redis client, an empty or malformed
 	// lock name, a negative wait, a lease or timeout that is not positive.
 	ErrInvalid = errors.New("lock: invalid argument")

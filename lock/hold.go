@@ -2,15 +2,68 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
+)
+
+// A role is the part a hold plays in its lock's Redis layout.
+type role uint8
+
+const (
+	// exclusive is the owner's field "<clientUUID>:<ownerID>" in a lock hash
+	// of Redisson's RLock layout: Mutex, FairMutex, the locks of a MultiLock
+	// and the nodes of a RedLock. One owner has one such hold per key
+	// whichever of them took it, so that they re-enter each other instead of
+	// fighting over the same field.
+	exclusive role = iota
+	// reader is the owner's read field in an RWMutex hash.
+	reader
+	// writer is the owner's write field "<clientUUID>:<ownerID>:write".
+	writer
+	// permit is the owner's member of a Semaphore's sorted set.
+	permit
 )
 
 // holdID identifies one owner's hold of one lock.
 type holdID struct {
 	key   string
+	role  role
 	owner int64
+}
+
+// A kind is what a lock type tells the machinery all of them share: how to
+// take, re-enter, release and renew a hold of its layout. A hold remembers
+// the kind that took it; every later operation on the hold goes through it.
+type kind interface {
+	// attempt tries once to take the first level of h, sending its script
+	// through via. On success it sets h.token (for kinds that issue tokens)
+	// and reports true; otherwise it reports how long to wait for a wake-up
+	// at most before trying again.
+	attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error)
+	// reenter adds a level to h in Redis. It reports false when Redis no
+	// longer has the hold.
+	reenter(ctx context.Context, h *hold) (bool, error)
+	// release releases one of h.levels and returns the levels Redis has left,
+	// or -1 when it has no hold of h's owner.
+	release(ctx context.Context, h *hold) (int64, error)
+	// undo removes what a failed or abandoned acquisition may have left
+	// behind: h's first level when acquired may be true, and h's place in a
+	// wait line. It never fails loudly: what it cannot remove expires.
+	undo(ctx context.Context, h *hold, acquired bool)
+	// renewal returns the watchdog's batch script for holds of this kind and
+	// h's keys and arguments for it.
+	renewal(h *hold) (*redis.Script, []string, []any)
+	// channel is where the unlock messages that concern h are published.
+	channel(h *hold) string
+	// shared reports whether several owners may hold the lock at once: a
+	// waiter that got it lets the next local waiter try at once.
+	shared() bool
+	// tokens reports whether holds of this kind issue fencing tokens.
+	tokens() bool
 }
 
 // A hold is one owner's possession of one lock, from its first acquisition to
@@ -19,18 +72,21 @@ type hold struct {
 	c     *Client
 	id    holdID
 	name  string // as the caller wrote it, for errors
-	field string
+	field string // the owner's field or member in Redis
 
 	// sem serialises the acquisitions and releases of this hold, so that the
 	// hold count sent to Redis is always the one this process last saw.
 	sem chan struct{}
 
 	// Guarded by sem.
+	kind   kind
 	levels int
 	token  fencing.Token
 	lease  time.Duration // lease of every acquisition and renewal
 	fixed  bool          // WithLease: no watchdog
 	unsure bool          // a release failed with an unknown outcome
+	ack    replicaAck    // replicas that must confirm the first acquisition
+	queued bool          // the owner has a place in a wait line in Redis (kept alive by waiting)
 
 	// Set once at the first acquisition, before the hold is published.
 	ctx    context.Context
@@ -43,29 +99,27 @@ type hold struct {
 	lost   bool
 
 	renewal renewal // how the watchdog renews the hold
+	waiting renewal // how the watchdog keeps the owner's place in a wait line alive
 }
 
 // holdCtxKey marks the contexts that descend from a hold's context.
 type holdCtxKey struct{ h *hold }
 
-// ref returns the hold of owner on key, creating it when there is none, and
-// counts the caller as using it until unref.
-func (c *Client) ref(key, name string, owner int64) *hold {
-	id := holdID{key, owner}
+// ref returns the hold id, creating it when there is none, and counts the
+// caller as using it until unref.
+func (c *Client) ref(id holdID, name string) *hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := c.holds[id]
 	if h == nil {
-		h = &hold{c: c, id: id, name: name, field: c.field(owner), sem: make(chan struct{}, 1)}
-		h.renewal = renewal{
-			script: renewScript,
-			keys:   []string{key},
-			args:   []any{h.field},
-			lost: func(why string) {
-				if c.lose(h) {
-					h.end(lostError(h.name, why))
-				}
-			},
+		h = &hold{c: c, id: id, name: name, field: c.field(id.owner), sem: make(chan struct{}, 1)}
+		if id.role == writer {
+			h.field += ":write"
+		}
+		h.renewal.lost = func(why string) {
+			if c.lose(h) {
+				h.end(lostError(h.name, why))
+			}
 		}
 		c.holds[id] = h
 	}
@@ -74,10 +128,10 @@ func (c *Client) ref(key, name string, owner int64) *hold {
 }
 
 // refHeld is ref for a hold that is held; it returns nil when there is none.
-func (c *Client) refHeld(key string, owner int64) *hold {
+func (c *Client) refHeld(id holdID) *hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := c.holds[holdID{key, owner}]
+	h := c.holds[id]
 	if h == nil || !h.pinned {
 		return nil
 	}
@@ -147,9 +201,10 @@ func (h *hold) enter(ctx context.Context) error {
 func (h *hold) leave() { <-h.sem }
 
 // begin creates h's context at its first acquisition. It descends from ctx,
-// carries the owner (if ctx did not already) and the token, and with a fixed
-// lease ends by itself when the lease runs out, measured from start (the
-// moment the acquisition was sent, so the context never outlives the lock).
+// carries the owner (if ctx did not already) and the token (for kinds that
+// issue one), and with a fixed lease ends by itself when the lease runs out,
+// measured from start (the moment the acquisition was sent, so the context
+// never outlives the lock).
 func (h *hold) begin(ctx context.Context, ownerNew bool, start time.Time) {
 	if ownerNew {
 		ctx = context.WithValue(ctx, ownerKey{h.c}, h.id.owner)
@@ -161,7 +216,10 @@ func (h *hold) begin(ctx context.Context, ownerNew bool, start time.Time) {
 			lostError(h.name, "its lease of "+h.lease.String()+" ran out"))
 	}
 	hctx = context.WithValue(hctx, holdCtxKey{h}, true)
-	h.ctx = fencing.WithToken(hctx, h.token)
+	if h.kind.tokens() {
+		hctx = fencing.WithToken(hctx, h.token)
+	}
+	h.ctx = hctx
 }
 
 // end cancels h's context with cause.
@@ -183,8 +241,265 @@ func (h *hold) levelContext(ctx context.Context) context.Context {
 		context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) })
 		ctx = context.WithValue(child, holdCtxKey{h}, true)
 	}
+	if !h.kind.tokens() {
+		return ctx
+	}
 	if tok, _ := fencing.FromContext(ctx); tok != h.token {
 		ctx = fencing.WithToken(ctx, h.token)
 	}
 	return ctx
+}
+
+// acquire takes the hold of role on key for ctx's owner through kind k, or
+// re-enters it when ctx's owner holds it already: the one way every
+// single-key lock type locks. wait < 0 waits without bound.
+func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if ctx == nil {
+		return ctx, wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	lo := c.lockOptions(opts)
+	if lo.err != nil {
+		return ctx, wrap(name, lo.err)
+	}
+	if ctx.Err() != nil {
+		return ctx, ctxErr(name, ctx)
+	}
+	owner, known := c.owner(ctx)
+	if !known {
+		owner = c.owners.Add(1)
+	}
+	h := c.ref(holdID{key, r, owner}, name)
+	defer c.unref(h)
+	if err := h.enter(ctx); err != nil {
+		return ctx, ctxErr(name, ctx)
+	}
+	defer h.leave()
+
+	if h.levels > 0 {
+		return c.reenter(ctx, h)
+	}
+
+	h.kind = k
+	h.fixed = lo.lease > 0
+	h.lease = c.opts.watchdogTimeout
+	if h.fixed {
+		h.lease = lo.lease
+	}
+	h.ack = lo.ack
+	var start time.Time
+	try := func(ctx context.Context) (bool, time.Duration, error) {
+		start = time.Now()
+		return c.attempt(ctx, h)
+	}
+	err := c.waitFor(ctx, waitSpec{
+		name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), try: try,
+	})
+	if err != nil {
+		if h.queued {
+			c.forget(ctx, h, false)
+		}
+		return ctx, err
+	}
+	c.establish(ctx, h, !known, start)
+	return h.ctx, nil
+}
+
+// attempt runs one acquisition attempt of h, with the replica
+// acknowledgement h asks for. An attempt whose outcome is unknown (the call
+// may have been applied and only its reply lost, or the caller gave up while
+// it was under way) is undone, so that a lock nobody knows it holds does not
+// block everyone until its lease ends.
+func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
+	var via redis.Scripter = c.rdb
+	var conn *redis.Conn
+	if h.ack.replicas > 0 {
+		var err error
+		if conn, err = c.conn(ctx, h.id.key); err != nil {
+			return false, 0, c.attemptFailed(ctx, h, err)
+		}
+		defer conn.Close()
+		via = conn
+	}
+	ok, retry, err := h.kind.attempt(ctx, via, h)
+	if err != nil {
+		return false, 0, c.attemptFailed(ctx, h, err)
+	}
+	if ok && conn != nil {
+		if err := c.confirmReplicas(ctx, conn, h.ack); err != nil {
+			c.forget(ctx, h, true)
+			if ctx.Err() != nil {
+				return false, 0, ctxErr(h.name, ctx)
+			}
+			return false, 0, wrap(h.name, err)
+		}
+	}
+	return ok, retry, nil
+}
+
+// attemptFailed handles an attempt that failed with err.
+func (c *Client) attemptFailed(ctx context.Context, h *hold, err error) error {
+	if outcomeUnknown(err) {
+		c.forget(ctx, h, true)
+	}
+	if ctx.Err() != nil {
+		return ctxErr(h.name, ctx)
+	}
+	return wrap(h.name, err)
+}
+
+// forget undoes what an acquisition of h that did not complete may have left
+// in Redis, within a second and even if ctx has ended.
+func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if h.queued {
+		c.dog.remove(&h.waiting)
+	}
+	h.kind.undo(rctx, h, acquired)
+	h.queued = false
+}
+
+// inLine records that h's owner has a place in a wait line in Redis, which
+// the watchdog keeps alive with script (the kind's batch script for places in
+// line, given h's keys and args) until the owner acquires or gives up. Each
+// attempt that leaves the owner in line calls it again: the attempt itself
+// renewed the place.
+func (c *Client) inLine(h *hold, script *redis.Script, keys []string, args []any) {
+	if h.waiting.script == nil {
+		channel := h.kind.channel(h)
+		h.waiting = renewal{script: script, keys: keys, args: args, lost: func(string) {
+			// The place was given away: this process stalled for longer
+			// than the watchdog timeout. The next attempt queues again at
+			// the end of the line; make it now.
+			c.deliver(channel)
+		}}
+	}
+	h.queued = true
+	c.dog.add(&h.waiting, time.Now().Add(c.opts.watchdogTimeout))
+}
+
+// establish makes h held after its first acquisition, which was sent at start.
+func (c *Client) establish(ctx context.Context, h *hold, ownerNew bool, start time.Time) {
+	if h.queued {
+		c.dog.remove(&h.waiting)
+		h.queued = false
+	}
+	h.levels = 1
+	h.unsure = false
+	h.begin(ctx, ownerNew, start)
+	c.pin(h)
+	if !h.fixed {
+		h.renewal.script, h.renewal.keys, h.renewal.args = h.kind.renewal(h)
+		c.dog.add(&h.renewal, start.Add(h.lease))
+	}
+	if c.closed() && c.lose(h) {
+		h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
+	}
+}
+
+// reenter adds a level to h, which ctx's owner already holds.
+func (c *Client) reenter(ctx context.Context, h *hold) (context.Context, error) {
+	if c.isLost(h) {
+		return ctx, lostHold(h)
+	}
+	ok, err := h.kind.reenter(ctx, h)
+	if err != nil {
+		// An unknown outcome needs no rollback: the final release removes
+		// the owner whatever count Redis holds.
+		if ctx.Err() != nil {
+			return ctx, ctxErr(h.name, ctx)
+		}
+		return ctx, wrap(h.name, err)
+	}
+	if !ok {
+		if c.lose(h) {
+			h.end(lostError(h.name, "its hold was gone when it was re-entered"))
+		}
+		return ctx, lostHold(h)
+	}
+	h.levels++
+	return h.levelContext(ctx), nil
+}
+
+// lostHold is the error for an operation on a hold that was lost.
+func lostHold(h *hold) error {
+	if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
+		return cause
+	}
+	return wrap(h.name, ErrLost)
+}
+
+// unlock releases one level of the hold of role on key that ctx's owner has:
+// the one way every single-key lock type unlocks.
+func (c *Client) unlock(ctx context.Context, key string, r role, name string) error {
+	if ctx == nil {
+		return wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	owner, ok := c.owner(ctx)
+	var h *hold
+	if ok {
+		h = c.refHeld(holdID{key, r, owner})
+	}
+	if h == nil {
+		if errors.Is(context.Cause(ctx), ErrLost) {
+			return wrap(name, ErrLost)
+		}
+		return wrap(name, ErrNotHeld)
+	}
+	defer c.unref(h)
+	_ = h.enter(context.Background())
+	defer h.leave()
+	return c.releaseLevel(ctx, h)
+}
+
+// releaseLevel releases one level of h, whose semaphore the caller holds.
+func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
+	if c.isLost(h) {
+		return lostHold(h)
+	}
+	if h.levels == 0 {
+		return wrap(h.name, ErrNotHeld)
+	}
+	final := h.levels == 1
+	renewed := false
+	if final {
+		// No renewal may be sent after the final release.
+		renewed = c.dog.remove(&h.renewal)
+	}
+	left, err := h.kind.release(context.WithoutCancel(ctx), h)
+	if err != nil {
+		if final && renewed {
+			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
+		}
+		h.unsure = h.unsure || outcomeUnknown(err)
+		return wrap(h.name, fmt.Errorf("unlock: %w", err))
+	}
+	switch {
+	case left > 0 && !final:
+		h.levels--
+		h.unsure = false
+		return nil
+	case left == 0 && final, left < 0 && final && h.unsure:
+		// Released now, or by an earlier call whose reply was lost.
+		c.released(h)
+		if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
+			// A fixed lease ran out before the release arrived: the key
+			// outlived it by a moment, but the protection had ended.
+			return cause
+		}
+		return nil
+	}
+	if c.lose(h) {
+		h.end(lostError(h.name, "it was not held any more when it was unlocked"))
+	}
+	return lostHold(h)
+}
+
+// released records the final release of h.
+func (c *Client) released(h *hold) {
+	h.levels = 0
+	h.unsure = false
+	c.dog.remove(&h.renewal)
+	c.unpin(h)
+	h.end(wrap(h.name, ErrReleased))
 }

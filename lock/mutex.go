@@ -28,7 +28,7 @@ type Mutex struct {
 	key      string   // the lock hash
 	keys     []string // {lock, token counter}
 	relKeys  []string // {lock, unlock channel}
-	channel  string
+	unlockCh string   // where unlock messages are published
 	checkErr error
 }
 
@@ -44,9 +44,9 @@ func newMutex(c *Client, name string) *Mutex {
 	}
 	m.key = c.key(name)
 	m.checkErr = checkName(m.key)
-	m.channel = derived(channelPrefix, m.key)
+	m.unlockCh = derived(channelPrefix, m.key)
 	m.keys = []string{m.key, derived(tokenPrefix, m.key)}
-	m.relKeys = []string{m.key, m.channel}
+	m.relKeys = []string{m.key, m.unlockCh}
 	return m
 }
 
@@ -93,155 +93,7 @@ func (m *Mutex) acquire(ctx context.Context, wait time.Duration, opts []LockOpti
 	if err := m.usable(); err != nil {
 		return ctx, err
 	}
-	if ctx == nil {
-		return ctx, wrap(m.name, fmt.Errorf("%w: nil context", ErrInvalid))
-	}
-	lo := collectLockOptions(opts)
-	if lo.err != nil {
-		return ctx, wrap(m.name, lo.err)
-	}
-	if ctx.Err() != nil {
-		return ctx, ctxErr(m.name, ctx)
-	}
-	c := m.c
-	owner, known := c.owner(ctx)
-	if !known {
-		owner = c.owners.Add(1)
-	}
-	h := c.ref(m.key, m.name, owner)
-	defer c.unref(h)
-	if err := h.enter(ctx); err != nil {
-		return ctx, ctxErr(m.name, ctx)
-	}
-	defer h.leave()
-
-	if h.levels > 0 {
-		return m.reenter(ctx, h)
-	}
-
-	h.fixed = lo.lease > 0
-	h.lease = c.opts.watchdogTimeout
-	if h.fixed {
-		h.lease = lo.lease
-	}
-	leaseArg := strconv.FormatInt(h.lease.Milliseconds(), 10)
-	var start time.Time
-	try := func(ctx context.Context) (bool, time.Duration, error) {
-		start = time.Now()
-		vals, err := c.run(ctx, acquireScript, m.keys, leaseArg, h.field, 0).Int64Slice()
-		if err != nil {
-			return false, 0, m.failedAcquire(ctx, h, err)
-		}
-		if len(vals) != 2 {
-			return false, 0, wrap(m.name, fmt.Errorf("unexpected reply %v from the acquire script", vals))
-		}
-		switch vals[0] {
-		case 1:
-			h.token = fencing.Token(vals[1])
-			return true, 0, nil
-		case 0:
-			return false, m.retryAfter(vals[1]), nil
-		}
-		return false, 0, wrap(m.name, fmt.Errorf("unexpected reply %v from the acquire script", vals))
-	}
-	if err := c.waitFor(ctx, m.name, m.channel, wait, h.lease, try); err != nil {
-		return ctx, err
-	}
-
-	h.levels = 1
-	h.begin(ctx, !known, start)
-	c.pin(h)
-	if !h.fixed {
-		c.dog.add(&h.renewal, start.Add(h.lease))
-	}
-	if c.closed() && c.lose(h) {
-		h.end(fmt.Errorf("lock %q: %w: %w", m.name, ErrLost, ErrClosed))
-	}
-	return h.ctx, nil
-}
-
-// retryAfter turns the PTTL the acquire script reported into how long to wait
-// for an unlock message at most.
-func (m *Mutex) retryAfter(pttl int64) time.Duration {
-	switch {
-	case pttl == -1: // a key without expiry: not written by a lock; look again after a watchdog timeout
-		return m.c.opts.watchdogTimeout
-	case pttl < 0: // gone meanwhile
-		return 0
-	}
-	return time.Duration(pttl) * time.Millisecond
-}
-
-// failedAcquire handles an acquire call that failed. When the outcome is
-// unknown (the call may have been applied and only its reply lost, or the
-// caller gave up while it was under way) the acquisition is rolled back, so
-// that a lock nobody knows it holds does not block everyone until its lease
-// ends.
-func (m *Mutex) failedAcquire(ctx context.Context, h *hold, err error) error {
-	if outcomeUnknown(err) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		rerr := m.c.run(rctx, releaseScript, m.relKeys, h.field, 1, m.c.publish).Err()
-		cancel()
-		if rerr != nil {
-			m.c.opts.logger.Warn("lock: could not roll back an acquisition of unknown outcome; it expires with its lease",
-				"lock", m.name, "lease", h.lease, "err", rerr)
-		}
-	}
-	if ctx.Err() != nil {
-		return ctxErr(m.name, ctx)
-	}
-	return wrap(m.name, err)
-}
-
-// outcomeUnknown reports whether a command that failed with err may have been
-// executed: anything but an error reply from the server or a connection that
-// was never obtained.
-func outcomeUnknown(err error) bool {
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		return false
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout)
-}
-
-// reenter adds a level to h, which ctx's owner already holds.
-func (m *Mutex) reenter(ctx context.Context, h *hold) (context.Context, error) {
-	if m.c.isLost(h) {
-		return ctx, m.lostHold(ctx, h)
-	}
-	lease := "0" // a fixed lease keeps its deadline
-	if !h.fixed {
-		lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
-	}
-	vals, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64Slice()
-	if err != nil {
-		// An unknown outcome needs no rollback: the final Unlock removes the
-		// owner whatever count Redis holds.
-		if ctx.Err() != nil {
-			return ctx, ctxErr(m.name, ctx)
-		}
-		return ctx, wrap(m.name, err)
-	}
-	if len(vals) != 2 || vals[0] != 1 {
-		if m.c.lose(h) {
-			h.end(lostError(m.name, "its hold was gone when it was re-entered"))
-		}
-		return ctx, m.lostHold(ctx, h)
-	}
-	h.levels++
-	return h.levelContext(ctx), nil
-}
-
-// lostHold is the error for an operation on a hold that was lost.
-func (m *Mutex) lostHold(ctx context.Context, h *hold) error {
-	if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
-		return cause
-	}
-	return wrap(m.name, ErrLost)
+	return m.c.acquire(ctx, m, m.key, exclusive, m.name, wait, opts)
 }
 
 // Unlock releases one level of the lock held by ctx; the lock is free when
@@ -257,66 +109,93 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(); err != nil {
 		return err
 	}
-	if ctx == nil {
-		return wrap(m.name, fmt.Errorf("%w: nil context", ErrInvalid))
-	}
-	c := m.c
-	owner, ok := c.owner(ctx)
-	var h *hold
-	if ok {
-		h = c.refHeld(m.key, owner)
-	}
-	if h == nil {
-		if errors.Is(context.Cause(ctx), ErrLost) {
-			return wrap(m.name, ErrLost)
-		}
-		return wrap(m.name, ErrNotHeld)
-	}
-	defer c.unref(h)
-	_ = h.enter(context.Background())
-	defer h.leave()
-	if c.isLost(h) {
-		return m.lostHold(ctx, h)
-	}
-	if h.levels == 0 {
-		return wrap(m.name, ErrNotHeld)
-	}
+	return m.c.unlock(ctx, m.key, exclusive, m.name)
+}
 
-	final := h.levels == 1
-	renewed := false
-	if final {
-		// No renewal may be sent after the final release.
-		renewed = c.dog.remove(&h.renewal)
-	}
-	left, err := c.run(context.WithoutCancel(ctx), releaseScript, m.relKeys, h.field, h.levels, c.publish).Int64()
+// The Mutex is the kind of its holds: Redisson's RLock layout.
+
+func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+	lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
+	vals, err := acquireScript.Run(ctx, via, m.keys, lease, h.field, 0).Int64Slice()
 	if err != nil {
-		if final && renewed {
-			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
-		}
-		h.unsure = h.unsure || outcomeUnknown(err)
-		return wrap(m.name, fmt.Errorf("unlock: %w", err))
+		return false, 0, err
 	}
+	if len(vals) == 2 {
+		switch vals[0] {
+		case 1:
+			h.token = fencing.Token(vals[1])
+			return true, 0, nil
+		case 0:
+			return false, retryAfter(m.c, vals[1]), nil
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v from the acquire script", vals)
+}
+
+func (m *Mutex) reenter(ctx context.Context, h *hold) (bool, error) {
+	lease := "0" // a fixed lease keeps its deadline
+	if !h.fixed {
+		lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
+	}
+	vals, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	return len(vals) == 2 && vals[0] == 1, nil
+}
+
+func (m *Mutex) release(ctx context.Context, h *hold) (int64, error) {
+	return m.c.run(ctx, releaseScript, m.relKeys, h.field, h.levels, m.c.publish).Int64()
+}
+
+func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
+	if !acquired {
+		return
+	}
+	if err := m.c.run(ctx, releaseScript, m.relKeys, h.field, 1, m.c.publish).Err(); err != nil {
+		m.c.opts.logger.Warn("lock: could not roll back an acquisition of unknown outcome; it expires with its lease",
+			"lock", m.name, "lease", h.lease, "err", err)
+	}
+}
+
+func (m *Mutex) renewal(h *hold) (*redis.Script, []string, []any) {
+	return renewScript, []string{m.key}, []any{h.field}
+}
+
+func (m *Mutex) channel(*hold) string { return m.unlockCh }
+func (m *Mutex) shared() bool         { return false }
+func (m *Mutex) tokens() bool         { return true }
+
+// retryAfter turns the PTTL an acquire script reported into how long to wait
+// for an unlock message at most.
+func retryAfter(c *Client, pttl int64) time.Duration {
 	switch {
-	case left > 0 && !final:
-		h.levels--
-		h.unsure = false
-		return nil
-	case left == 0 && final, left < 0 && final && h.unsure:
-		// Released now, or by an earlier call whose reply was lost.
-		h.levels = 0
-		c.unpin(h)
-		h.end(wrap(m.name, ErrReleased))
-		if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
-			// A fixed lease ran out before the release arrived: the key
-			// outlived it by a moment, but the protection had ended.
-			return cause
+	case pttl == -1: // a key without expiry: not written by a lock; look again after a watchdog timeout
+		return c.opts.watchdogTimeout
+	case pttl < 0: // gone meanwhile
+		return 0
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// outcomeUnknown reports whether a command that failed with err may have been
+// executed: anything but an error reply from the server, a connection that
+// was never obtained, or a refusal of this package.
+func outcomeUnknown(err error) bool {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	for _, e := range []error{ErrInvalid, ErrUpgrade, ErrNotReplicated, ErrNoQuorum, ErrNotAcquired, ErrClosed} {
+		if errors.Is(err, e) {
+			return false
 		}
-		return nil
 	}
-	if c.lose(h) {
-		h.end(lostError(m.name, "it was not held any more when it was unlocked"))
-	}
-	return m.lostHold(ctx, h)
+	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout)
 }
 
 // IsLocked reports whether anyone holds the lock.

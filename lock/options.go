@@ -18,6 +18,7 @@ type clientOptions struct {
 	watchdogTimeout time.Duration
 	namespace       string
 	logger          *slog.Logger
+	ack             replicaAck // default for every acquisition
 	err             error
 }
 
@@ -60,6 +61,7 @@ type LockOption func(*lockOptions)
 
 type lockOptions struct {
 	lease time.Duration // 0 = watchdog
+	ack   replicaAck
 	err   error
 }
 
@@ -81,8 +83,9 @@ func WithLease(d time.Duration) LockOption {
 	}
 }
 
-func collectLockOptions(opts []LockOption) lockOptions {
-	var o lockOptions
+// lockOptions applies opts over the Client's defaults.
+func (c *Client) lockOptions(opts []LockOption) lockOptions {
+	o := lockOptions{ack: c.opts.ack}
 	for _, f := range opts {
 		if f != nil {
 			f(&o)

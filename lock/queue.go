@@ -20,6 +20,7 @@ type waitQueue struct {
 // A waiter is one goroutine in a waitQueue.
 type waiter struct {
 	notify chan struct{} // capacity 1: "look at your state again"
+	shared bool          // waits for a lock several owners may hold at once
 
 	// Guarded by Client.qmu.
 	head   bool
@@ -32,14 +33,29 @@ type waiter struct {
 // should wait for an unlock message before trying again).
 type attempt func(ctx context.Context) (ok bool, retry time.Duration, err error)
 
-// waitFor calls try until it acquires, wait runs out (ErrNotAcquired; wait < 0
-// waits without bound), ctx ends, or the Client closes. lease is how long a
-// lock taken by this Client lasts unless renewed: the next waiter waits at
-// most that long for its unlock message. Waiting is pushed: the head waits
-// for an unlock message on the lock's channel, bounded by the remaining lease
-// the last attempt reported; nothing polls.
-func (c *Client) waitFor(ctx context.Context, name, channel string, wait, lease time.Duration, try attempt) error {
-	if !c.queued(channel) {
+// A waitSpec describes one wait for a lock.
+type waitSpec struct {
+	name    string        // the lock's name, for errors
+	channel string        // where the unlock messages are published; names the local queue
+	wait    time.Duration // give up after this long (ErrNotAcquired); < 0 waits without bound
+	lease   time.Duration // how long a lock taken by this Client lasts unless renewed
+	shared  bool          // several owners may hold the lock: after one waiter got it, the next shared one tries at once
+	try     attempt
+
+	// subscribe, when set, replaces subscribing channel on this Client: it
+	// is called before each attempt of the queue's head and must make sure
+	// the messages that wake the head are received from then on.
+	subscribe func(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error
+}
+
+// waitFor calls s.try until it acquires, s.wait runs out (ErrNotAcquired),
+// ctx ends, or the Client closes. Waiting is pushed: the head waits for an
+// unlock message on the lock's channel, bounded by the remaining lease the
+// last attempt reported (and, after another waiter of this Client took the
+// lock, by s.lease); nothing polls.
+func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
+	name, try, wait := s.name, s.try, s.wait
+	if !c.queued(s.channel) {
 		// Nobody of this Client is waiting: try at once, without queueing.
 		ok, _, err := try(ctx)
 		if err != nil || ok {
@@ -60,9 +76,9 @@ func (c *Client) waitFor(ctx context.Context, name, channel string, wait, lease 
 	timer.Stop()
 	defer timer.Stop()
 
-	q, w := c.join(channel)
+	q, w := c.join(s.channel, s.shared)
 	acquired := false
-	defer func() { c.leaveQueue(q, w, acquired, lease) }()
+	defer func() { c.leaveQueue(q, w, acquired, s.lease) }()
 
 	for {
 		c.qmu.Lock()
@@ -73,7 +89,13 @@ func (c *Client) waitFor(ctx context.Context, name, channel string, wait, lease 
 		if head && tryNow {
 			// Subscribe before trying: an unlock between a failed attempt and
 			// the subscription would otherwise go unnoticed.
-			if err := c.awaitSubscription(ctx, name, q, deadline); err != nil {
+			var err error
+			if s.subscribe != nil {
+				err = s.subscribe(ctx, q, deadline)
+			} else {
+				err = c.awaitSubscription(ctx, name, q, deadline)
+			}
+			if err != nil {
 				return err
 			}
 			ok, r, err := try(ctx)
@@ -118,8 +140,8 @@ func (c *Client) queued(channel string) bool {
 
 // join appends a waiter to channel's queue. A waiter that is head at once
 // tries at once (after subscribing: see waitFor).
-func (c *Client) join(channel string) (*waitQueue, *waiter) {
-	w := &waiter{notify: make(chan struct{}, 1), bound: -1}
+func (c *Client) join(channel string, shared bool) (*waitQueue, *waiter) {
+	w := &waiter{notify: make(chan struct{}, 1), shared: shared, bound: -1}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[channel]
@@ -135,8 +157,9 @@ func (c *Client) join(channel string) (*waitQueue, *waiter) {
 }
 
 // leaveQueue removes w from q. If w was head, the next waiter becomes head:
-// it tries at once if w gave up (w may have swallowed an unlock message), or
-// waits for the unlock message of the holder w became, at most lease.
+// it tries at once if w gave up (w may have swallowed an unlock message) or
+// if both share the lock, or else waits for the unlock message of the holder
+// w became, at most lease.
 func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Duration) {
 	c.qmu.Lock()
 	var release *chanSub
@@ -149,7 +172,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 	if w.head && len(q.waiters) > 0 {
 		next := q.waiters[0]
 		next.head = true
-		if acquired {
+		if acquired && !(w.shared && next.shared) {
 			next.bound = lease
 		} else {
 			next.tryNow = true
@@ -167,14 +190,61 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 }
 
 // deliver handles a message on an unlock channel: the head of its queue tries
-// again. Messages for channels nobody waits on are dropped.
+// again, and so do the heads of the queues the channel is relayed to.
+// Messages for channels nobody waits on are dropped.
 func (c *Client) deliver(channel string) {
 	c.qmu.Lock()
-	defer c.qmu.Unlock()
+	c.wakeHead(channel)
+	var relays []relay
+	for r := range c.relays[channel] {
+		relays = append(relays, r)
+	}
+	c.qmu.Unlock()
+	for _, r := range relays {
+		r.to.qmu.Lock()
+		r.to.wakeHead(r.channel)
+		r.to.qmu.Unlock()
+	}
+}
+
+// wakeHead makes the head of channel's queue try again. The caller holds qmu.
+func (c *Client) wakeHead(channel string) {
 	if q := c.queues[channel]; q != nil && len(q.waiters) > 0 {
 		h := q.waiters[0]
 		h.tryNow = true
 		signal(h)
+	}
+}
+
+// A relay forwards the unlock messages of one of this Client's channels to
+// the queue of a channel of another Client: a RedLock waits in the queue of
+// its first node and is woken by an unlock on any node.
+type relay struct {
+	to      *Client
+	channel string
+}
+
+// addRelay forwards the messages of channel to r until removeRelay.
+func (c *Client) addRelay(channel string, r relay) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.relays[channel] == nil {
+		c.relays[channel] = make(map[relay]int)
+	}
+	c.relays[channel][r]++
+}
+
+// removeRelay undoes one addRelay.
+func (c *Client) removeRelay(channel string, r relay) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if m := c.relays[channel]; m != nil {
+		if m[r]--; m[r] <= 0 {
+			delete(m, r)
+		}
+		if len(m) == 0 {
+			delete(c.relays, channel)
+		}
 	}
 }
 

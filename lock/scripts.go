@@ -10,12 +10,18 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-func loadScript(name string) *redis.Script {
-	src, err := scriptFiles.ReadFile("scripts/" + name)
-	if err != nil {
-		panic("lock: missing embedded script " + name)
+// loadScript returns the embedded script name with the shared helpers of
+// lib.lua and of any further libraries in front of it.
+func loadScript(name string, libs ...string) *redis.Script {
+	src := ""
+	for _, f := range append([]string{"lib.lua"}, append(libs, name)...) {
+		b, err := scriptFiles.ReadFile("scripts/" + f)
+		if err != nil {
+			panic("lock: missing embedded script " + f)
+		}
+		src += string(b) + "\n"
 	}
-	return redis.NewScript(string(src))
+	return redis.NewScript(src)
 }
 
 var (
@@ -23,6 +29,26 @@ var (
 	releaseScript     = loadScript("release.lua")
 	renewScript       = loadScript("renew.lua")
 	forceUnlockScript = loadScript("forceunlock.lua")
+	raiseTokenScript  = loadScript("raise_token.lua")
+	waitingScript     = loadScript("waiting.lua")
+
+	fairAcquireScript = loadScript("fair_acquire.lua", "fairlib.lua")
+	fairReleaseScript = loadScript("fair_release.lua", "fairlib.lua")
+	fairLeaveScript   = loadScript("fair_leave.lua", "fairlib.lua")
+
+	readAcquireScript  = loadScript("read_acquire.lua", "rwlib.lua")
+	readReleaseScript  = loadScript("read_release.lua", "rwlib.lua")
+	readRenewScript    = loadScript("read_renew.lua")
+	writeAcquireScript = loadScript("write_acquire.lua", "rwlib.lua")
+	writeReleaseScript = loadScript("write_release.lua", "rwlib.lua")
+	writeLeaveScript   = loadScript("write_leave.lua", "rwlib.lua")
+
+	multiAcquireScript = loadScript("multi_acquire.lua")
+	multiReleaseScript = loadScript("multi_release.lua")
+
+	permitAcquireScript = loadScript("permit_acquire.lua")
+	permitReleaseScript = loadScript("permit_release.lua")
+	permitRenewScript   = loadScript("permit_renew.lua")
 )
 
 // run sends s with EVALSHA. A server that does not know the script (restarted,

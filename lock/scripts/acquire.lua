@@ -24,17 +24,8 @@ if expected == 0 then
   if pttl == -2 then -- no such key: the lock is free
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], lease)
-    -- token = max(stored + 1, server time in microseconds): strictly
-    -- increasing on one master, and still increasing after a failover to a
-    -- replica that missed the last tokens, unless clocks are skewed by more
-    -- than the failover took. Lua numbers are doubles: exact up to 2^53,
-    -- written with %.0f, never tostring's %.14g.
-    if redis.replicate_commands then redis.replicate_commands() end
-    local t = redis.call('time')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local token = tonumber(redis.call('get', KEYS[2]) or 0) + 1
-    if now > token then token = now end
-    redis.call('set', KEYS[2], string.format('%.0f', token))
+    -- the token rule and its reasons: issue_token in lib.lua
+    local token = issue_token(KEYS[2], 0)
     return {1, token}
   end
   if redis.call('hget', KEYS[1], ARGV[2]) == '1' then

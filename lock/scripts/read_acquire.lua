@@ -1,0 +1,59 @@
+-- read_acquire.lua: take or re-enter a read hold of an RWMutex.
+--
+-- KEYS[1..4]  see rwlib.lua
+-- ARGV[1]     lease in milliseconds (0 = keep the lease: re-entry of a fixed lease)
+-- ARGV[2]     the owner's read field "<clientUUID>:<ownerID>"
+-- ARGV[3]     the owner's write field "<clientUUID>:<ownerID>:write"
+-- ARGV[4]     the read hold count the owner believes it has before this call
+--             (0 for a first acquisition); makes resent calls harmless
+-- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
+--
+-- A first read hold is granted when the lock is free, when it is read-held
+-- and no writer waits, or when the owner holds the write lock (downgrade).
+-- Re-entries are always granted, even with writers waiting: the owner's
+-- hold keeps them waiting anyway, and refusing would deadlock it.
+--
+-- Returns {1, 0}     acquired
+--         {0, wait}  refused; wait: how long to wait for a wake-up at most (ms)
+--         {-1, 0}    a re-entry found the owner's hold gone
+local lease = tonumber(ARGV[1])
+local me = ARGV[2]
+local expected = tonumber(ARGV[4])
+
+purge(ARGV[5])
+
+local function extend()
+  redis.call('zadd', KEYS[2], now + lease, me)
+  hash_ttl(lease)
+end
+
+local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
+if expected > 0 then
+  if held == 0 then return {-1, 0} end
+  if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
+  if lease > 0 then extend() end
+  return {1, 0}
+end
+if held == 1 then
+  -- This acquisition was applied before; only its reply was lost.
+  extend()
+  return {1, 0}
+end
+
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false and redis.call('exists', KEYS[1]) == 1 then
+  -- A hash without a mode is not an RWMutex's (a Mutex of the same name?):
+  -- wait for it like for a writer.
+  return {0, wait_bound(false)}
+end
+if mode == false
+  or (mode == 'read' and redis.call('zcard', KEYS[3]) == 0)
+  or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+  if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'read')
+  end
+  redis.call('hset', KEYS[1], me, 1)
+  extend()
+  return {1, 0}
+end
+return {0, wait_bound(mode == 'read')}

@@ -1,0 +1,27 @@
+-- read_renew.lua: the watchdog's batch renewal of RWMutex read holds. Renews
+-- only the reader's own lease, never the others': a crashed reader's lease
+-- runs out even while other readers are renewed.
+--
+-- KEYS        for each hold in turn: the lock hash, its readers' set
+--             "seckillguard_rwlock_readers:{<name>}"; all in one hash slot
+-- ARGV[1]     lease in milliseconds
+-- ARGV[1+i]   the reader field of the i-th hold
+--
+-- Returns an array: 1 where the hold was renewed, 0 where it is gone.
+local lease = tonumber(ARGV[1])
+local now = now_ms()
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock, readers, me = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+  if redis.call('hexists', lock, me) == 1 and redis.call('zscore', readers, me) then
+    redis.call('zadd', readers, now + lease, me)
+    if redis.call('pttl', lock) < lease then
+      redis.call('pexpire', lock, lease)
+      redis.call('pexpire', readers, lease)
+    end
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out

@@ -1,0 +1,67 @@
+-- rwlib.lua: helpers of the RWMutex scripts, put in front of them after
+-- lib.lua. Every RWMutex script has the same first keys:
+--
+-- KEYS[1]  the lock: a hash in Redisson's RReadWriteLock layout: "mode" ->
+--          "read" or "write"; each reader's field "<clientUUID>:<ownerID>" ->
+--          its read hold count; the writer's field "<...>:write" -> its
+--          write hold count. PEXPIRE = the longest lease among its holders.
+-- KEYS[2]  the readers' leases "seckillguard_rwlock_readers:{<name>}": a
+--          sorted set, reader field -> server time (ms) its lease ends. Each
+--          read hold expires on its own: a reader past its lease is dropped
+--          from the hash, so one crashed reader never keeps a writer out
+--          while the others come and go.
+-- KEYS[3]  the waiting writers "seckillguard_rwlock_writers:{<name>}": a
+--          sorted set, writer field -> server time (ms) by which it must show
+--          it is alive. While it is not empty, new readers wait (the lock
+--          prefers writers).
+-- KEYS[4]  the unlock channel "redisson_rwlock:{<name>}"
+local now = now_ms()
+
+-- hash_ttl sets the lock's expiry to the end of the longest read lease, or at
+-- least min_ms, and the readers' set to the same.
+local function hash_ttl(min_ms)
+  local ttl = min_ms
+  local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
+  if last[2] and tonumber(last[2]) - now > ttl then ttl = tonumber(last[2]) - now end
+  if ttl > 0 then
+    redis.call('pexpire', KEYS[1], ttl)
+    redis.call('pexpire', KEYS[2], ttl)
+  end
+end
+
+-- purge drops readers whose lease ended and writers that stopped waiting.
+-- When that frees the lock it wakes the waiters (publish: the command).
+local function purge(publish)
+  local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
+  if #dead > 0 then
+    for _, f in ipairs(dead) do
+      redis.call('hdel', KEYS[1], f)
+    end
+    redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+    if redis.call('hlen', KEYS[1]) <= 1 then
+      redis.call('del', KEYS[1], KEYS[2])
+      redis.call(publish, KEYS[4], 0)
+    elseif redis.call('hget', KEYS[1], 'mode') == 'read' then
+      hash_ttl(0)
+    end
+  end
+  redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+end
+
+-- wait_bound returns how long a waiter should wait for an unlock message at
+-- most: until the lock expires, or until the first lease among the holders
+-- (a reader may have died) or the first deadline among the waiting writers
+-- (a writer may have died) comes up for renewal.
+local function wait_bound(also_writers)
+  local wait = redis.call('pttl', KEYS[1])
+  local sets = {KEYS[2]}
+  if also_writers then sets[2] = KEYS[3] end
+  for _, k in ipairs(sets) do
+    local first = redis.call('zrange', k, 0, 0, 'withscores')
+    if first[2] then
+      local d = math.max(tonumber(first[2]) - now, 0) + 1
+      if wait < 0 or d < wait then wait = d end
+    end
+  end
+  return wait
+end

@@ -1,0 +1,38 @@
+-- write_release.lua: release one level of the write hold of an RWMutex. The
+-- last level frees the lock, or leaves it to the owner's own read holds (a
+-- downgrade), and publishes Redisson's message "1": readers may enter.
+--
+-- KEYS[1..4]  see rwlib.lua
+-- ARGV[1]     the owner's write field
+-- ARGV[2]     the write hold count the owner believes it has before this call
+-- ARGV[3]     the publish command: "publish", or "spublish" on Redis Cluster
+--
+-- Resent calls are harmless as in release.lua.
+--
+-- Returns the write hold count left (0 = released), or -1 when the owner has
+-- no write hold.
+local me = ARGV[1]
+local expected = tonumber(ARGV[2])
+local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
+
+if held == 0 then
+  purge(ARGV[3])
+  return -1
+end
+if expected > 1 and held == expected - 1 then
+  return held
+end
+if expected > 1 and held > 1 then
+  return redis.call('hincrby', KEYS[1], me, -1)
+end
+
+redis.call('hdel', KEYS[1], me)
+purge(ARGV[3])
+if redis.call('hlen', KEYS[1]) <= 1 then
+  redis.call('del', KEYS[1], KEYS[2])
+else
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  hash_ttl(0)
+end
+redis.call(ARGV[3], KEYS[4], 1)
+return 0

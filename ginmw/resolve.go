@@ -1,6 +1,7 @@
 package ginmw
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -39,10 +40,17 @@ import (
 //     The first source that has the field decides, even if its value is
 //     unusable.
 //
-// Resolve allocates only the returned string in the common cases (path,
-// query after gin's own query cache, header, ctx strings and integers,
-// JSON strings without escapes).
+// Besides the body buffer and the per-request state (once per request, and
+// only when a body field is reached) and gin's own query cache, Resolve
+// allocates only the returned string in the common cases: path, query,
+// header, ctx strings and integers, JSON strings without escapes.
+//
+// The zero Template resolves to an error matching ErrBadTemplate (status
+// 500), never to an empty key.
 func (t *Template) Resolve(c *gin.Context, bodyLimit int64) (string, error) {
+	if t == nil || len(t.parts) == 0 {
+		return "", fmt.Errorf("%w: zero Template; use ParseTemplate", ErrBadTemplate)
+	}
 	var buf [256]byte
 	b := buf[:0]
 	for i := range t.parts {
@@ -75,6 +83,12 @@ func (t *Template) appendField(b []byte, c *gin.Context, p *part, bodyLimit int6
 		}
 		return appendChecked(b, v, p, f)
 	case SourceHeader:
+		if f.Name == "Host" { // net/http moves it out of Header
+			if c.Request.Host == "" {
+				return b, missing(f, "header not sent")
+			}
+			return appendChecked(b, c.Request.Host, p, f)
+		}
 		vs := c.Request.Header[f.Name]
 		if len(vs) == 0 {
 			return b, missing(f, "header not sent")
@@ -183,6 +197,9 @@ func appendBody(b []byte, c *gin.Context, p *part, f *Field, limit int64, absent
 		var unesc [6 * MaxValueLen]byte
 		return appendChecked(b, unescapeJSON(unesc[:0], raw), p, f)
 	case jsonNumber:
+		if v.end-v.start > MaxValueLen {
+			return b, unsafe(f, valueTooLong.reason())
+		}
 		var num [64]byte
 		n, ok := appendNumber(num[:0], s.body[v.start:v.end])
 		if !ok {

@@ -481,3 +481,25 @@ type countingBody struct {
 
 func (b countingBody) Read(p []byte) (int, error) { *b.n++; return b.r.Read(p) }
 func (countingBody) Close() error                 { return nil }
+
+func TestResolve_HostHeader(t *testing.T) {
+	req := httptest.NewRequest(http.MethodGet, "http://shop.example/", nil)
+	wantKey(t, resolve(t, "h:<header:host>", "/", req), "h:shop.example")
+}
+
+func TestResolve_ZeroTemplateIsAnErrorNotAnEmptyKey(t *testing.T) {
+	var zero Template
+	c := testContext(httptest.NewRequest(http.MethodGet, "/", nil))
+	if key, err := zero.Resolve(c, 0); !errors.Is(err, ErrBadTemplate) || key != "" || Status(err) != http.StatusInternalServerError {
+		t.Fatalf("zero Template: Resolve = %q, %v", key, err)
+	}
+}
+
+func TestResolve_BodyNumberLongerThan128BytesIsUnsafe(t *testing.T) {
+	n := "1." + strings.Repeat("0", 127)
+	o := resolve(t, "k:<body:n>", "/o", jsonPost("/o", `{"n":`+n+`}`))
+	fe := wantFieldErr(t, o, "<body:n>", ErrUnsafeValue)
+	if fe.Reason != "value longer than 128 bytes" {
+		t.Fatalf("Reason = %q", fe.Reason)
+	}
+}

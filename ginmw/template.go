@@ -136,6 +136,31 @@ func (t *Template) Fields() []Field {
 // not need the body never reads it.
 func (t *Template) NeedsBody() bool { return t.body }
 
+// CheckRoute reports a <path:name> field whose parameter the gin route
+// does not have: route is the path as registered ("/api/seckill/:sku",
+// c.FullPath()), whose ":name" and "*name" segments are its parameters.
+// Such a template would answer every request on the route with 400, so
+// a policy that pairs them is refused at load time. <name> fields without
+// a source are not checked: they may come from the query or the body. The
+// error matches ErrBadTemplate.
+func (t *Template) CheckRoute(route string) error {
+	for _, f := range t.fields {
+		if f.Source == SourcePath && !routeHasParam(route, f.Name) {
+			return fmt.Errorf("%w: template %q: route %q has no path parameter %q", ErrBadTemplate, t.text, route, f.Name)
+		}
+	}
+	return nil
+}
+
+func routeHasParam(route, name string) bool {
+	for seg := range strings.SplitSeq(route, "/") {
+		if len(seg) > 1 && (seg[0] == ':' || seg[0] == '*') && seg[1:] == name {
+			return true
+		}
+	}
+	return false
+}
+
 type parser struct {
 	text string
 }

@@ -113,3 +113,28 @@ func TestTemplate_FieldsIsACopy(t *testing.T) {
 		t.Fatalf("Fields()[0].Name = %q after modifying a returned slice, want id", got)
 	}
 }
+
+func TestTemplate_CheckRouteFindsPathFieldsTheRouteLacks(t *testing.T) {
+	tests := []struct {
+		tmpl, route string
+		ok          bool
+	}{
+		{"sku:<path:sku>", "/api/seckill/:sku", true},
+		{"f:<path:file>", "/static/*file", true},
+		{"sku:<path:id>", "/api/seckill/:sku", false},
+		{"sku:<path:sku>", "/api/seckill/sku", false},
+		{"sku:<id>", "/api/seckill/:sku", true}, // may come from query or body
+		{"u:<ctx:user>:<path:a>-<path:b>", "/x/:a/y/:b", true},
+		{"u:<path:a>-<path:b>", "/x/:a/y", false},
+	}
+	for _, tt := range tests {
+		err := MustParseTemplate(tt.tmpl).CheckRoute(tt.route)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrBadTemplate)) {
+			t.Errorf("%s on %s: CheckRoute = %v, want ok=%v", tt.tmpl, tt.route, err, tt.ok)
+		}
+	}
+	err := MustParseTemplate("sku:<path:id>").CheckRoute("/api/seckill/:sku")
+	if want := `ginmw: bad template: template "sku:<path:id>": route "/api/seckill/:sku" has no path parameter "id"`; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+}

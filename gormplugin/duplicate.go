@@ -1,8 +1,6 @@
 package gormplugin
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"strconv"
 	"strings"
@@ -47,8 +45,8 @@ func (e *DuplicateError) Is(target error) bool {
 // Unwrap returns the driver's error.
 func (e *DuplicateError) Unwrap() error { return e.Err }
 
-// duplicateOf turns a MySQL duplicate-entry error into a *DuplicateError and
-// returns any other error unchanged.
+// duplicateOf turns a MySQL duplicate-entry error found in err into a
+// *DuplicateError and returns any other error unchanged.
 func duplicateOf(table string, err error) error {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != mysqlDuplicateEntry {
@@ -85,41 +83,46 @@ func parseDuplicate(msg string) (value, index string) {
 	return body[:i], body[i+len(middle):]
 }
 
-// duplicateWatch wraps a statement's connection pool while the statement
-// runs, so that a duplicate-entry error is translated before GORM sees it:
-// with gorm.Config.TranslateError set, GORM would replace it with
-// gorm.ErrDuplicatedKey and lose the index name. A *DuplicateError still
-// matches gorm.ErrDuplicatedKey.
-type duplicateWatch struct {
-	gorm.ConnPool
-	table string
-}
+// untranslatedKey stores, in a statement's Settings, the *gorm.Config that
+// watchDuplicates set aside.
+type untranslatedKey struct{ stmt *gorm.Statement }
 
-func (c duplicateWatch) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := c.ConnPool.ExecContext(ctx, query, args...)
-	return res, duplicateOf(c.table, err)
-}
-
-func (c duplicateWatch) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	rows, err := c.ConnPool.QueryContext(ctx, query, args...)
-	return rows, duplicateOf(c.table, err)
-}
-
-// watchDuplicates runs just before GORM sends a statement. It comes after
-// GORM's own begin-transaction callback, which must see the pool unwrapped.
+// watchDuplicates runs just before GORM sends a statement. With
+// gorm.Config.TranslateError set, GORM would replace the driver's
+// duplicate-entry error by gorm.ErrDuplicatedKey the moment it sees it, and
+// the index name would be lost; so the statement runs on a copy of the
+// configuration with translation off (the copy Session makes), and
+// translateErrors does the translation once the statement is done. The copy
+// belongs to this statement's *gorm.DB alone.
 func watchDuplicates(db *gorm.DB) {
-	if db.Error != nil {
+	if db.Error != nil || !db.Config.TranslateError {
 		return
 	}
-	if _, ok := db.Statement.ConnPool.(duplicateWatch); !ok {
-		db.Statement.ConnPool = duplicateWatch{ConnPool: db.Statement.ConnPool, table: db.Statement.Table}
-	}
+	db.Statement.Settings.Store(untranslatedKey{db.Statement}, db.Config)
+	cfg := *db.Config
+	cfg.TranslateError = false
+	db.Config = &cfg
 }
 
-// unwatchDuplicates restores the pool right after the statement, before
-// GORM commits or rolls back the transaction it began.
-func unwatchDuplicates(db *gorm.DB) {
-	if w, ok := db.Statement.ConnPool.(duplicateWatch); ok {
-		db.Statement.ConnPool = w.ConnPool
+// translateErrors runs right after the statement: a duplicate-entry error
+// becomes a *DuplicateError, and with TranslateError set every other error
+// is translated by the dialect as GORM would have done.
+func translateErrors(db *gorm.DB) {
+	stmt := db.Statement
+	translate := false
+	if cfg, ok := stmt.Settings.LoadAndDelete(untranslatedKey{stmt}); ok {
+		db.Config = cfg.(*gorm.Config)
+		translate = true
+	}
+	if db.Error == nil {
+		return
+	}
+	err := duplicateOf(stmt.Table, db.Error)
+	if t, ok := db.Dialector.(gorm.ErrorTranslator); ok && translate && err == db.Error {
+		err = t.Translate(err)
+	}
+	db.Error = err
+	if stmt.Result != nil {
+		stmt.Result.Error = err
 	}
 }

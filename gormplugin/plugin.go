@@ -137,7 +137,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		del.After("gorm:commit_or_rollback_transaction").Register(pluginName+":refuse_late", refuseLate),
 
 		raw.Before("gorm:raw").Register(pluginName+":watch", watchDuplicates),
-		raw.After("gorm:raw").Register(pluginName+":verify", unwatchDuplicates),
+		raw.After("gorm:raw").Register(pluginName+":verify", translateErrors),
 	)
 	if err != nil {
 		return fmt.Errorf("gormplugin: register callbacks: %w", err)
@@ -193,7 +193,7 @@ func (p *Plugin) guard(db *gorm.DB) {
 // verify runs right after the statement: it restores the connection pool,
 // reports a stale write, and records the token in the model's fence field.
 func (p *Plugin) verify(db *gorm.DB) {
-	unwatchDuplicates(db)
+	translateErrors(db)
 	stmt := db.Statement
 	w := writeOf(stmt)
 	if w == nil {

@@ -1,0 +1,177 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/fencing"
+)
+
+// Redisson's names for a fair lock's wait line.
+const (
+	queuePrefix   = "redisson_lock_queue"
+	timeoutPrefix = "redisson_lock_timeout"
+)
+
+// A FairMutex is a Mutex granted in arrival order across every Client: first
+// come, first served. Its holds are the Mutex's (the same hash, tokens and
+// re-entry through the context; a Mutex and a FairMutex of one name exclude
+// each other), and its waiters stand in one line kept in Redis:
+//
+//   - a waiter's place is taken by its first attempt, in the order those
+//     attempts reach Redis, and a free lock goes to the first live waiter
+//     only, never to a newcomer (not even to the goroutine that just
+//     unlocked it);
+//   - an unlock wakes exactly the next waiter, on a channel of its own,
+//     never every waiter;
+//   - each place carries a deadline from the Redis server's clock, renewed
+//     by the Client's watchdog while its waiter waits; the place of a waiter
+//     that died is given away once its deadline passes, at most the Client's
+//     watchdog timeout (WithWatchdogTimeout, default 30s) after its last
+//     renewal, so a dead waiter cannot freeze the lock for long;
+//   - a waiter that gives up (TryLock's wait, its context, Close) leaves the
+//     line at once and wakes the next waiter if the lock is free.
+//
+// Fairness costs round trips: a contended acquisition takes about three
+// script calls and a subscription of its own. Prefer a Mutex unless arrival
+// order matters.
+//
+// A FairMutex does no I/O until used and may be copied freely.
+type FairMutex struct {
+	m         *Mutex
+	keys      []string // lock, queue, deadlines, channel prefix, token counter
+	leaveKeys []string // lock, queue, deadlines, channel prefix
+}
+
+// FairMutex returns the fair lock called name. It does no I/O; an invalid
+// name is reported by the first operation.
+func (c *Client) FairMutex(name string) *FairMutex {
+	f := &FairMutex{m: newMutex(c, name)}
+	if f.m.checkErr == nil {
+		k := f.m.key
+		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh}
+		f.keys = append(append([]string{}, f.leaveKeys...), f.m.keys[1])
+	}
+	return f
+}
+
+// Name returns the lock's name as given to Client.FairMutex.
+func (f *FairMutex) Name() string {
+	if f == nil {
+		return ""
+	}
+	return f.m.name
+}
+
+func (f *FairMutex) usable() error {
+	if f == nil {
+		return fmt.Errorf("%w: nil fair mutex", ErrInvalid)
+	}
+	return f.m.usable()
+}
+
+// Lock takes its place in line and waits until it is first and the lock is
+// free, or until ctx ends; otherwise it behaves as Mutex.Lock: the returned
+// context holds the lock, carries its fencing token and is cancelled with
+// cause ErrLost if the lock is lost. A context that holds the lock re-enters
+// it at once, without queueing.
+func (f *FairMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return f.acquire(ctx, -1, opts)
+}
+
+// TryLock is Lock with a bounded wait: after wait it leaves the line and
+// returns ErrNotAcquired. wait 0 makes one attempt, which succeeds only when
+// the lock is free and nobody is in line. A negative wait is an error
+// (ErrInvalid).
+func (f *FairMutex) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
+	if wait < 0 {
+		return ctx, wrap(f.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	}
+	return f.acquire(ctx, wait, opts)
+}
+
+func (f *FairMutex) acquire(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if err := f.usable(); err != nil {
+		return ctx, err
+	}
+	return f.m.c.acquire(ctx, f, f.m.key, exclusive, f.m.name, wait, opts)
+}
+
+// Unlock releases one level of the lock held by ctx, as Mutex.Unlock does;
+// the final Unlock wakes the first live waiter in line.
+func (f *FairMutex) Unlock(ctx context.Context) error {
+	if err := f.usable(); err != nil {
+		return err
+	}
+	return f.m.c.unlock(ctx, f.m.key, exclusive, f.m.name)
+}
+
+// The FairMutex is the kind of the holds it takes.
+
+func (f *FairMutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+	c := f.m.c
+	lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
+	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
+	vals, err := fairAcquireScript.Run(ctx, via, f.keys, lease, h.field, 0, timeout, c.publish).Int64Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(vals) == 2 {
+		switch vals[0] {
+		case 1:
+			h.token = fencing.Token(vals[1])
+			return true, 0, nil
+		case 0:
+			c.inLine(h, waitingScript, []string{f.keys[2], f.keys[1]}, []any{h.field})
+			return false, retryAfter(c, vals[1]), nil
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v from the fair acquire script", vals)
+}
+
+func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
+	c := f.m.c
+	lease := "0" // a fixed lease keeps its deadline
+	if !h.fixed {
+		lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
+	}
+	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
+	vals, err := c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, timeout, c.publish).Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	return len(vals) == 2 && vals[0] == 1, nil
+}
+
+func (f *FairMutex) release(ctx context.Context, h *hold) (int64, error) {
+	c := f.m.c
+	return c.run(ctx, fairReleaseScript, f.leaveKeys, h.field, h.levels, c.publish).Int64()
+}
+
+func (f *FairMutex) undo(ctx context.Context, h *hold, acquired bool) {
+	if !acquired && !h.queued {
+		return
+	}
+	c := f.m.c
+	drop := "0"
+	if acquired {
+		drop = "1"
+	}
+	if err := c.run(ctx, fairLeaveScript, f.leaveKeys, h.field, c.publish, drop).Err(); err != nil {
+		c.opts.logger.Warn("lock: could not leave a fair lock's line; the place is given away after the watchdog timeout",
+			"lock", f.m.name, "timeout", c.opts.watchdogTimeout, "err", err)
+	}
+}
+
+func (f *FairMutex) renewal(h *hold) (*redis.Script, []string, []any) {
+	return f.m.renewal(h)
+}
+
+// channel is the waiter's own channel: Redisson's
+// "redisson_lock__channel:{<name>}:<clientUUID>:<ownerID>".
+func (f *FairMutex) channel(h *hold) string { return f.m.unlockCh + ":" + h.field }
+func (f *FairMutex) shared() bool           { return false }
+func (f *FairMutex) tokens() bool           { return true }

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// A contender is one lock library under test, configured one way.
+type contender struct {
+	name   string // row label
+	config string // how it is configured, printed under the tables
+	peer   bool   // a peer library: the targets compare this framework with peers (the floor is not one)
+	ours   bool   // this framework
+	open   func(rdb *redis.Client) instance
+}
+
+// An instance is what one service instance (one process) creates once for a
+// contender: a lock client over its own Redis connection pool.
+type instance interface {
+	// mutex returns a handle on the lock called name for one goroutine.
+	mutex(name string) mutex
+	close()
+}
+
+// A mutex is one goroutine's handle on one lock.
+type mutex interface {
+	// lock waits until the lock is acquired or ctx ends.
+	lock(ctx context.Context) error
+	// unlock releases the lock this handle acquired last.
+	unlock() error
+}
+
+// Peer configurations, stated in the report.
+const (
+	tunedDelayMin = 2 * time.Millisecond  // redsync, tuned: uniform random retry delay from...
+	tunedDelayMax = 10 * time.Millisecond // ...to
+	rampStart     = 10 * time.Millisecond // redislock: first retry after...
+	rampStep      = 10 * time.Millisecond // ...then this much longer each time...
+	rampMax       = 50 * time.Millisecond // ...up to
+	fixedTTL      = 30 * time.Second      // redislock and the floor: the lease (no watchdog)
+)
+
+// contenders returns the libraries in the order the tables list them.
+func contenders() []contender {
+	return []contender{
+		{
+			name:   "seckillguard",
+			config: "lock.Mutex, defaults: watchdog 30 s (renewal every 10 s), waiting pushed by pub/sub, FIFO per Client",
+			ours:   true,
+			open:   openOurs,
+		},
+		{
+			name:   "redsync (defaults)",
+			config: "go-redsync/redsync/v4, one goredis/v9 pool; defaults (expiry 8 s, retry delay uniform random 50–250 ms) except tries unlimited (the default 32 gives up with ErrFailed after about 5 s)",
+			peer:   true,
+			open:   func(rdb *redis.Client) instance { return openRedsync(rdb, nil) },
+		},
+		{
+			name:   "redsync (tuned)",
+			config: fmt.Sprintf("as above, retry delay uniform random %v–%v", tunedDelayMin, tunedDelayMax),
+			peer:   true,
+			open: func(rdb *redis.Client) instance {
+				return openRedsync(rdb, []redsync.Option{redsync.WithRetryDelayFunc(func(int) time.Duration {
+					return tunedDelayMin + rand.N(tunedDelayMax-tunedDelayMin)
+				})})
+			},
+		},
+		{
+			name: "bsm/redislock",
+			config: fmt.Sprintf("bsm/redislock, TTL %v, retry strategy: linear backoff %v, +%v per retry, capped at %v",
+				fixedTTL, rampStart, rampStep, rampMax),
+			peer: true,
+			open: openRedislock,
+		},
+		{
+			name:   "floor",
+			config: "one EVALSHA to take (SET NX PX in a script), one to release (compare and DEL in a script), retried at once while taken: the least any lock can do per uncontended acquisition; under contention it spins",
+			open:   openFloor,
+		},
+	}
+}
+
+// ---- this framework ----
+
+type oursInstance struct{ c *lock.Client }
+
+func openOurs(rdb *redis.Client) instance {
+	return oursInstance{lock.New(rdb, lock.WithLogger(slog.New(slog.DiscardHandler)))}
+}
+
+func (i oursInstance) mutex(name string) mutex { return &oursMutex{m: i.c.Mutex(name)} }
+func (i oursInstance) close()                  { _ = i.c.Close() }
+
+type oursMutex struct {
+	m    *lock.Mutex
+	held context.Context
+}
+
+func (m *oursMutex) lock(ctx context.Context) error {
+	held, err := m.m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	m.held = held
+	return nil
+}
+
+func (m *oursMutex) unlock() error { return m.m.Unlock(m.held) }
+
+// ---- go-redsync ----
+
+type redsyncInstance struct {
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+func openRedsync(rdb *redis.Client, opts []redsync.Option) instance {
+	opts = append([]redsync.Option{redsync.WithTries(math.MaxInt32)}, opts...)
+	return redsyncInstance{rs: redsync.New(goredis.NewPool(rdb)), opts: opts}
+}
+
+func (i redsyncInstance) mutex(name string) mutex {
+	return &redsyncMutex{m: i.rs.NewMutex(name, i.opts...)}
+}
+func (i redsyncInstance) close() {}
+
+type redsyncMutex struct{ m *redsync.Mutex }
+
+func (m *redsyncMutex) lock(ctx context.Context) error {
+	for {
+		err := m.m.LockContext(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Tries are unlimited; an error here is a Redis error. Keep waiting,
+		// as a caller that must have the lock would.
+	}
+}
+
+func (m *redsyncMutex) unlock() error {
+	ok, err := m.m.UnlockContext(context.Background())
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock failed")
+	}
+	return err
+}
+
+// ---- bsm/redislock ----
+
+type redislockInstance struct{ c *redislock.Client }
+
+func openRedislock(rdb *redis.Client) instance { return redislockInstance{redislock.New(rdb)} }
+
+func (i redislockInstance) mutex(name string) mutex { return &redislockMutex{c: i.c, key: name} }
+func (i redislockInstance) close()                  {}
+
+type redislockMutex struct {
+	c   *redislock.Client
+	key string
+	l   *redislock.Lock
+}
+
+// ramp is the linear backoff given to redislock: rampStart, then rampStep
+// longer each retry, capped at rampMax. One per Obtain call.
+type ramp struct{ next time.Duration }
+
+// NextBackoff implements redislock.RetryStrategy.
+func (r *ramp) NextBackoff() time.Duration {
+	if r.next == 0 {
+		r.next = rampStart
+	}
+	d := r.next
+	r.next = min(r.next+rampStep, rampMax)
+	return d
+}
+
+func (m *redislockMutex) lock(ctx context.Context) error {
+	for {
+		l, err := m.c.Obtain(ctx, m.key, fixedTTL, &redislock.Options{RetryStrategy: &ramp{}})
+		if err == nil {
+			m.l = l
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Obtain gives up after one TTL when ctx has no deadline; a caller
+		// that must have the lock asks again.
+	}
+}
+
+func (m *redislockMutex) unlock() error { return m.l.Release(context.Background()) }
+
+// ---- the floor ----
+
+// floorTake and floorRelease are the least a Redis lock can send: one script
+// call to take, one to release, each one round trip.
+var (
+	floorTake    = redis.NewScript(`if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`)
+	floorRelease = redis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+)
+
+var floorSeq atomic.Int64
+
+type floorInstance struct {
+	rdb *redis.Client
+	id  string
+	seq atomic.Int64
+}
+
+func openFloor(rdb *redis.Client) instance {
+	return &floorInstance{rdb: rdb, id: strconv.FormatInt(floorSeq.Add(1), 10) + ":"}
+}
+
+func (i *floorInstance) mutex(name string) mutex {
+	return &floorMutex{i: i, keys: []string{name}}
+}
+func (i *floorInstance) close() {}
+
+type floorMutex struct {
+	i     *floorInstance
+	keys  []string
+	value string
+}
+
+var floorTTL = strconv.FormatInt(fixedTTL.Milliseconds(), 10)
+
+func (m *floorMutex) lock(ctx context.Context) error {
+	v := m.i.id + strconv.FormatInt(m.i.seq.Add(1), 10)
+	for {
+		n, err := floorTake.Run(ctx, m.i.rdb, m.keys, v, floorTTL).Int()
+		if err == nil && n == 1 {
+			m.value = v
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (m *floorMutex) unlock() error {
+	n, err := floorRelease.Run(context.Background(), m.i.rdb, m.keys, m.value).Int()
+	if err == nil && n != 1 {
+		err = errors.New("floor: not held")
+	}
+	return err
+}

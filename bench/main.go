@@ -1,0 +1,178 @@
+// Command bench measures this framework's lock.Mutex beside
+// github.com/go-redsync/redsync/v4, github.com/bsm/redislock and a
+// round-trip "floor", against one redis-server it starts for itself, in one
+// process, interleaved, over several rounds, and prints a markdown report:
+// medians with the min–max over rounds.
+//
+// From the repository root:
+//
+//	go -C bench run .            # the full run (about 8 minutes on 2 cores)
+//	go -C bench run . -quick     # one short round (under a minute)
+//
+// It never touches a Redis it did not start (it needs redis-server in PATH).
+// docs/BENCHMARKS.md holds the latest report and how to read it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckillguard/seckillguard/internal/testenv"
+)
+
+// config is what the flags choose.
+type config struct {
+	rounds      int
+	warmup      time.Duration // each contended run: unmeasured start
+	duration    time.Duration // each contended run: the measured window
+	drain       time.Duration // each contended run: longest wait for the window's waits to end
+	uncontended int           // Lock+Unlock cycles per library and round, uncontended
+	blocks      int           // ...run in this many blocks, the libraries taking turns
+	handoffs    int           // handoffs per handoff run
+	held        []int         // lock counts for the held-locks scaling
+	heldRounds  int           // rounds that run the held-locks scaling
+	watchdog    time.Duration // watchdog timeout of the held-locks scaling
+	scenarios   map[string]bool
+}
+
+// allScenarios are the groups -scenarios can pick from.
+var allScenarios = []string{"uncontended", "hot", "keys", "handoff", "waiters", "held"}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var c config
+	quick := fs.Bool("quick", false, "one short round: -rounds 1 -duration 500ms -drain 500ms -uncontended 400 -handoffs 8 -held 100,10000")
+	fs.IntVar(&c.rounds, "rounds", 5, "rounds; every round runs every library once per scenario, in a rotated order")
+	fs.DurationVar(&c.warmup, "warmup", 200*time.Millisecond, "unmeasured start of each contended run")
+	fs.DurationVar(&c.duration, "duration", time.Second, "measured window of each contended run")
+	fs.DurationVar(&c.drain, "drain", time.Second, "after the window, how long the load goes on at most for the waits begun in it to end")
+	fs.IntVar(&c.uncontended, "uncontended", 2000, "uncontended Lock+Unlock cycles per library and round")
+	fs.IntVar(&c.blocks, "blocks", 20, "blocks the uncontended cycles are split into, the libraries taking turns")
+	fs.IntVar(&c.handoffs, "handoffs", 30, "handoffs measured per handoff run")
+	held := fs.String("held", "100,10000,100000", "numbers of locks one Client holds at once, comma-separated")
+	fs.IntVar(&c.heldRounds, "held-rounds", 3, "how many of the rounds also run the held-locks scaling (it takes about 20 s)")
+	fs.DurationVar(&c.watchdog, "watchdog", 3*time.Second, "watchdog timeout for the held-locks scaling (renewal every third of it)")
+	only := fs.String("scenarios", strings.Join(allScenarios, ","), "scenario groups to run: "+strings.Join(allScenarios, ","))
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rounds"] {
+			c.rounds = 1
+		}
+		if !set["duration"] {
+			c.duration = 500 * time.Millisecond
+		}
+		if !set["drain"] {
+			c.drain = 500 * time.Millisecond
+		}
+		if !set["uncontended"] {
+			c.uncontended = 400
+		}
+		if !set["handoffs"] {
+			c.handoffs = 8
+		}
+		if !set["held"] {
+			*held = "100,10000"
+		}
+	}
+	for _, f := range strings.Split(*held, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("-held: %q is not a positive number", f)
+		}
+		c.held = append(c.held, n)
+	}
+	c.scenarios = map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		s = strings.TrimSpace(s)
+		known := false
+		for _, a := range allScenarios {
+			known = known || a == s
+		}
+		if !known {
+			return c, fmt.Errorf("-scenarios: unknown %q (want some of %s)", s, strings.Join(allScenarios, ","))
+		}
+		c.scenarios[s] = true
+	}
+	if c.rounds < 1 || c.duration <= 0 || c.uncontended < 1 || c.blocks < 1 || c.handoffs < 1 || c.warmup < 0 || c.drain < 0 {
+		return c, fmt.Errorf("-rounds, -duration, -uncontended, -blocks and -handoffs must be positive, -warmup and -drain not negative")
+	}
+	if c.watchdog < 30*time.Millisecond {
+		return c, fmt.Errorf("-watchdog must be at least 30ms")
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts a redis-server of its own, measures, and writes the report to out
+// and progress to log.
+func run(ctx context.Context, cfg config, out, log io.Writer) error {
+	dir, err := os.MkdirTemp("", "seckillguard-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := testenv.StartRedis(dir)
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	e := &env{addr: srv.Addr, admin: admin}
+	fmt.Fprintf(log, "bench: redis-server on %s; %d rounds\n", srv.Addr, cfg.rounds)
+
+	started, load := time.Now(), loadAverage()
+	r, err := measure(ctx, e, cfg, log)
+	if err != nil {
+		return err
+	}
+	m, err := describeMachine(ctx, admin)
+	if err != nil {
+		return err
+	}
+	m.took = time.Since(started)
+	m.loadStart, m.loadEnd = load, loadAverage()
+	m.command = commandLine()
+	return writeReport(out, cfg, m, r)
+}
+
+// commandLine is how this run was started, for the report.
+func commandLine() string {
+	args := []string{"go -C bench run ."}
+	for _, a := range os.Args[1:] {
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
+}

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// machine describes where and how a report was measured.
+type machine struct {
+	cpus    int
+	model   string
+	redis   string
+	goVer   string
+	took    time.Duration
+	command string
+	date    string
+
+	loadStart, loadEnd string // 1-minute load average
+	revision           string // the commit of the framework measured
+}
+
+// revision names the commit of the framework the benchmark was built with
+// (the module is replaced by the parent directory), and says so when the
+// lock package has changes not committed.
+func revision() string {
+	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown commit"
+	}
+	rev := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--", "lock", "fencing").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		rev += " with uncommitted changes in lock/ or fencing/"
+	}
+	return rev
+}
+
+// loadAverage returns the 1-minute load average, "?" when unknown.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+func describeMachine(ctx context.Context, admin *redis.Client) (machine, error) {
+	m := machine{cpus: runtime.NumCPU(), model: "unknown CPU", goVer: runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH,
+		date: time.Now().UTC().Format("2006-01-02"), revision: revision()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	info, err := admin.Info(ctx, "server").Result()
+	if err != nil {
+		return m, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			m.redis = v
+		}
+	}
+	return m, nil
+}
+
+// num formats v with about three significant digits.
+func num(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "—"
+	case a >= 100 || a == 0:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 3, 64)
+}
+
+// stats returns the median, minimum and maximum of vs, NaNs left out.
+func stats(vs []float64) (med, lo, hi float64, ok bool) {
+	var s []float64
+	for _, v := range vs {
+		if !math.IsNaN(v) {
+			s = append(s, v)
+		}
+	}
+	if len(s) == 0 {
+		return 0, 0, 0, false
+	}
+	sort.Float64s(s)
+	med = s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return med, s[0], s[len(s)-1], true
+}
+
+// median returns the median of vs, NaN when there is none.
+func median(vs []float64) float64 {
+	m, _, _, ok := stats(vs)
+	if !ok {
+		return math.NaN()
+	}
+	return m
+}
+
+// cell formats vs as "median (min–max)", or the median alone when the rounds
+// agree or there was one.
+func cell(vs []float64, unit string) string {
+	med, lo, hi, ok := stats(vs)
+	if !ok {
+		return "—"
+	}
+	s := num(med) + unit
+	if l, h := num(lo), num(hi); l != h {
+		s += " (" + l + "–" + h + ")"
+	}
+	return s
+}
+
+type table struct {
+	w    io.Writer
+	cols []string
+}
+
+func newTable(w io.Writer, cols ...string) *table {
+	fmt.Fprintf(w, "| %s |\n|", strings.Join(cols, " | "))
+	for i := range cols {
+		if i == 0 {
+			fmt.Fprint(w, " --- |")
+		} else {
+			fmt.Fprint(w, " ---: |")
+		}
+	}
+	fmt.Fprintln(w)
+	return &table{w: w, cols: cols}
+}
+
+func (t *table) row(cells ...string) { fmt.Fprintf(t.w, "| %s |\n", strings.Join(cells, " | ")) }
+
+// writeReport writes the markdown report.
+func writeReport(w io.Writer, cfg config, m machine, r *results) error {
+	cs := contenders()
+	fmt.Fprintf(w, "Measured %s on %d × %s (nproc %d), redis-server %s (its own, started by the run), %s; %d rounds; the run took %v. Load average (1 min) at the start %s, at the end %s.\n\n",
+		m.date, m.cpus, m.model, m.cpus, m.redis, m.goVer, cfg.rounds, m.took.Round(time.Second), m.loadStart, m.loadEnd)
+	fmt.Fprintf(w, "Command: `%s` (seckillguard at %s).\n\n", m.command, m.revision)
+	fmt.Fprintf(w, "Each cell: the median over rounds, (min–max over rounds) when they differ. The libraries run one after another in every scenario of a round, in an order rotated each round.\n\n")
+
+	if cfg.scenarios["uncontended"] {
+		fmt.Fprintf(w, "### Uncontended Lock+Unlock\n\nOne goroutine locks and unlocks a lock nobody else uses, %d times per library and round, in %d blocks: the libraries take turns block by block. Time of one Lock+Unlock: the median cycle (robust to noise from elsewhere on the machine) and the mean; \"vs floor\" compares medians within each round. Per Lock+Unlock:\n\n", cfg.uncontended, cfg.blocks)
+		t := newTable(w, "library", "µs (median)", "µs (mean)", "vs floor", "commands sent", "commands Redis ran", "client CPU µs", "Redis CPU µs", "allocs", "bytes")
+		for _, c := range cs {
+			g := func(metric string) []float64 { return r.get("unc", c.name, metric) }
+			vs := cell(g("vsfloor"), "%")
+			if c.name == "floor" {
+				vs = "—"
+			} else if !strings.HasPrefix(vs, "-") && vs != "—" {
+				vs = "+" + vs
+			}
+			t.row(c.name, cell(g("us"), ""), cell(g("mean"), ""), vs, cell(g("sent"), ""), cell(g("exec"), ""), cell(g("cpu"), ""), cell(g("rcpu"), ""), cell(g("allocs"), ""), cell(g("bytes"), ""))
+		}
+		fmt.Fprintln(w)
+		writeBreakdown(w, cs, r, "unc", "What Redis ran per Lock+Unlock (last round; a script call counts once as EVALSHA and once per command inside it)")
+	}
+
+	for _, sc := range contendedScenarios(cfg) {
+		if !cfg.scenarios[sc.group] || sc.title == "" {
+			continue
+		}
+		fmt.Fprintf(w, "### %s\n\nEvery goroutine locks, runs the critical section, unlocks, and locks again at once. Measured: a window of %v after %v of warm-up; waits are those begun in the window (the load goes on up to %v longer for them to end). Wait = from calling Lock to holding the lock.\n\n", sc.title, cfg.duration, cfg.warmup, cfg.drain)
+		cols := []string{"library", "acquisitions/s", "wait p50 ms", "wait p99 ms", "wait max ms", fmt.Sprintf("goroutines never served (of %d)", sc.ld.clients*sc.ld.goroutines), "commands sent / acq", "commands Redis ran / acq", "Redis CPU µs / acq", "allocs / acq"}
+		if sc.cpu {
+			cols = append(cols, "client CPU µs / acq")
+		}
+		t := newTable(w, cols...)
+		for _, c := range cs {
+			g := func(metric string) []float64 { return r.get(sc.id, c.name, metric) }
+			cells := []string{c.name, cell(g("acq/s"), ""), cell(g("p50"), ""), cell(g("p99"), ""), cell(g("max"), ""), cell(g("unserved"), ""), cell(g("sent"), ""), cell(g("exec"), ""), cell(g("rcpu"), ""), cell(g("allocs"), "")}
+			if sc.cpu {
+				cells = append(cells, cell(g("cpu"), ""))
+			}
+			t.row(cells...)
+		}
+		fmt.Fprintln(w)
+		writeShares(w, cs, r, sc.id)
+		writeCut(w, cs, r, sc.id)
+		if sc.id == "hot200" {
+			writeBreakdown(w, cs, r, sc.id, "What Redis ran per acquisition (last round)")
+		}
+	}
+
+	if cfg.scenarios["handoff"] {
+		fmt.Fprintf(w, "### Handoff: unlock → the next holder in\n\nA holder in one instance unlocks while a waiter in another instance has been waiting for 5–25 ms; time from the start of Unlock to the waiter's Lock returning, %d handoffs per round.\n\n", cfg.handoffs)
+		t := newTable(w, "library", "p50 ms", "p90 ms", "max ms")
+		for _, c := range cs {
+			t.row(c.name, cell(r.get("handoff", c.name, "p50"), ""), cell(r.get("handoff", c.name, "p90"), ""), cell(r.get("handoff", c.name, "max"), ""))
+		}
+		fmt.Fprintln(w)
+	}
+
+	if cfg.scenarios["waiters"] {
+		fmt.Fprintf(w, "### Scaling with the number of waiting goroutines\n\nOne hot key, 200 µs critical section, the goroutines spread over 4 Clients (the 64 column is the hot-key run above).\n\n")
+		for _, metric := range []struct{ id, title string }{
+			{"acq/s", "Acquisitions per second"}, {"p99", "Wait p99, ms"}, {"exec", "Commands Redis ran per acquisition"}, {"rcpu", "Redis CPU µs per acquisition"},
+		} {
+			fmt.Fprintf(w, "%s:\n\n", metric.title)
+			cols := []string{"library"}
+			for _, wc := range waiterColumns {
+				cols = append(cols, strconv.Itoa(wc.goroutines))
+			}
+			t := newTable(w, cols...)
+			for _, c := range cs {
+				cells := []string{c.name}
+				for _, wc := range waiterColumns {
+					cells = append(cells, cell(r.get(wc.id, c.name, metric.id), ""))
+				}
+				t.row(cells...)
+			}
+			fmt.Fprintln(w)
+		}
+		for _, wc := range waiterColumns {
+			if wc.id != "hot200" {
+				writeCut(w, cs, r, wc.id)
+			}
+		}
+	}
+
+	if cfg.scenarios["held"] && len(cfg.held) > 0 {
+		fmt.Fprintf(w, "### Locks held at once by one Client (seckillguard only)\n\n")
+		fmt.Fprintf(w, "One Client takes n locks (32 goroutines at a time) and holds them for %v with a watchdog timeout of %v (a renewal pass every %v). The window starts right after a renewal pass. The peers have no watchdog: renewing is the caller's job, one Extend/Refresh call per lock. Batching allows ⌈⌈n/%d⌉/%d⌉ round trips per pass (one renewal script call per %d locks, %d calls per pipelined round trip); \"expected\" is that many per renewal period. The watchdog waits a full period after a pass ends, so passes are a period plus the pass's own time apart and the measured rate can only be lower. Goroutines and heap are measured after a GC, the heap including the caller's slice of lock contexts.\n\n",
+			cfg.watchdog+cfg.watchdog/6, cfg.watchdog, cfg.watchdog/3, renewChunk, renewCallsPerRoundTrip, renewChunk, renewCallsPerRoundTrip)
+		t := newTable(w, "locks held", "taking them, s", "goroutines added", "heap added, MB", "heap per lock, B", "watchdog round trips/s", "expected by batching, /s", "round trips per pass", "renewal script calls/s", "locks renewed/s (PEXPIRE)", "time per pass, ms", "locks lost")
+		for _, n := range cfg.held {
+			row := strconv.Itoa(n)
+			g := func(metric string) []float64 { return r.get("held", row, metric) }
+			t.row(row, cell(g("acquire"), ""), cell(g("goroutines"), ""), cell(g("heapMB"), ""), cell(g("heapPer"), ""), cell(g("rtps"), ""), cell(g("expected"), ""), cell(g("rtpass"), ""), cell(g("callsps"), ""), cell(g("renewedps"), ""), cell(g("passms"), ""), cell(g("lost"), ""))
+		}
+		fmt.Fprintln(w)
+	}
+
+	fmt.Fprintf(w, "### The whole HTTP path\n\nNot measured yet: it needs the reference service `example-seckill`, which does not exist yet. When it does, this table gets its rows: the same service on the same machine in `none` mode (no guard) and in `guard` mode.\n\n")
+	t := newTable(w, "mode", "requests/s", "p99 ms")
+	t.row("none", "—", "—")
+	t.row("guard", "—", "—")
+	fmt.Fprintln(w)
+
+	writeTargets(w, cfg, r)
+
+	fmt.Fprintf(w, "### The libraries as configured\n\n")
+	for _, c := range cs {
+		fmt.Fprintf(w, "- **%s**: %s.\n", c.name, c.config)
+	}
+	fmt.Fprintf(w, "\nEvery instance is its own go-redis v9 client (pool of %d connections, go-redis' default here); commands sent are counted by a go-redis hook on those clients (pub/sub connections are not hooked), commands Redis ran by the INFO commandstats delta, which counts a script call as EVALSHA and again each command the script runs. Client CPU is the process's (getrusage) and is shown only where the critical section is empty; allocations are runtime.MemStats.Mallocs deltas, the harness included (it allocates nearly nothing per acquisition).\n\n",
+		10*runtime.GOMAXPROCS(0))
+	if len(r.notes) > 0 {
+		fmt.Fprintf(w, "### Notes from this run\n\n")
+		for _, n := range r.notes {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+// writeShares reports how evenly the instances shared the acquisitions.
+func writeShares(w io.Writer, cs []contender, r *results, id string) {
+	var parts []string
+	for _, c := range cs {
+		lo, hi := median(r.get(id, c.name, "shareLo")), median(r.get(id, c.name, "shareHi"))
+		if !math.IsNaN(lo) {
+			parts = append(parts, fmt.Sprintf("%s %.0f–%.0f%%", c.name, lo, hi))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "Share of the acquisitions taken by the least and the most served of the 4 Clients (medians; 25%% each would be even): %s.\n\n", strings.Join(parts, ", "))
+	}
+}
+
+// writeCut reports waits cut short by the end of a run, which make p99 and
+// max lower bounds for a library that starves some waiters.
+func writeCut(w io.Writer, cs []contender, r *results, id string) {
+	var parts []string
+	for _, c := range cs {
+		if med, _, hi, ok := stats(r.get(id, c.name, "cut")); ok && hi > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", c.name, cell([]float64{med}, "")))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "Waits begun in the %s window and still going on when the drain ended (median per round; counted at their length so far, so for a library that lets waiters starve, p99 and max are lower bounds that grow with -duration and -drain): %s.\n\n", id, strings.Join(parts, ", "))
+	}
+}
+
+// writeBreakdown writes the commands Redis ran by name.
+func writeBreakdown(w io.Writer, cs []contender, r *results, id, title string) {
+	b := r.breakdown[id]
+	if len(b) == 0 {
+		return
+	}
+	totals := map[string]float64{}
+	for _, m := range b {
+		for name, v := range m {
+			totals[name] += v
+		}
+	}
+	var names []string
+	for name := range totals {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if totals[names[i]] != totals[names[j]] {
+			return totals[names[i]] > totals[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	fmt.Fprintf(w, "%s:\n\n", title)
+	t := newTable(w, slices.Concat([]string{"library"}, names)...)
+	for _, c := range cs {
+		m, ok := b[c.name]
+		if !ok {
+			continue
+		}
+		cells := []string{c.name}
+		for _, name := range names {
+			if v, ok := m[name]; ok {
+				cells = append(cells, num(v))
+			} else {
+				cells = append(cells, "")
+			}
+		}
+		t.row(cells...)
+	}
+	fmt.Fprintln(w)
+}
+
+// writeTargets checks the "Done when" numbers of the lock core and benchmark
+// issues against the medians.
+func writeTargets(w io.Writer, cfg config, r *results) {
+	cs := contenders()
+	var peers []string
+	for _, c := range cs {
+		if c.peer {
+			peers = append(peers, c.name)
+		}
+	}
+	const ours = "seckillguard"
+	verdict := func(ok bool) string {
+		if ok {
+			return "**met**"
+		}
+		return "**missed**"
+	}
+	best := func(id, metric string, lower bool) (string, float64) {
+		name, v := "", math.NaN()
+		for _, p := range peers {
+			x := median(r.get(id, p, metric))
+			if math.IsNaN(x) {
+				continue
+			}
+			if math.IsNaN(v) || (lower && x < v) || (!lower && x > v) {
+				name, v = p, x
+			}
+		}
+		return name, v
+	}
+	fmt.Fprintf(w, "### Targets (medians)\n\n")
+	t := newTable(w, "target", "seckillguard", "peers / floor", "verdict")
+	any := false
+	if cfg.scenarios["hot"] {
+		any = true
+		o := median(r.get("hot200", ours, "p99"))
+		p, v := best("hot200", "p99", true)
+		t.row("one hot key (200 µs): p99 wait ≤ ⅓ of the better peer's", num(o)+" ms", fmt.Sprintf("%s: %s ms (⅓ = %s ms)", p, num(v), num(v/3)), verdict(o <= v/3))
+		for _, m := range []struct{ id, what string }{{"exec", "commands Redis ran"}, {"sent", "commands sent"}} {
+			o := median(r.get("hot200", ours, m.id))
+			p, v := best("hot200", m.id, true)
+			t.row("one hot key (200 µs): "+m.what+" per acquisition ≤ every peer's", num(o), fmt.Sprintf("fewest: %s, %s", p, num(v)), verdict(o <= v))
+		}
+		o = median(r.get("hot200", ours, "exec"))
+		t.row("one hot key (200 µs): Redis runs ≤ 8 commands per acquisition (lock core issue)", num(o), "—", verdict(o <= 8))
+		o = median(r.get("hot200", ours, "acq/s"))
+		p, v = best("hot200", "acq/s", false)
+		t.row("one hot key (200 µs): throughput ≥ every peer's", num(o)+" acq/s", fmt.Sprintf("highest: %s, %s acq/s", p, num(v)), verdict(o >= v))
+	}
+	if cfg.scenarios["uncontended"] {
+		any = true
+		o := median(r.get("unc", ours, "vsfloor"))
+		f := median(r.get("unc", "floor", "us"))
+		t.row("uncontended Lock+Unlock within 10% of the floor", fmt.Sprintf("%s µs (%+.1f%%)", num(median(r.get("unc", ours, "us"))), o), "floor: "+num(f)+" µs", verdict(o <= 10))
+	}
+	if !any {
+		t.row("(the hot-key and uncontended scenarios were not run)", "", "", "")
+	}
+	fmt.Fprintln(w)
+}

@@ -89,6 +89,7 @@ type hold struct {
 	queued bool          // the owner has a place in a wait line in Redis (kept alive by waiting)
 
 	// Set once at the first acquisition, before the hold is published.
+	parent context.Context // what ctx descends from: the caller's context, with the owner
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   context.CancelFunc // releases the lease deadline timer; nil without WithLease
@@ -137,6 +138,14 @@ func (c *Client) refHeld(id holdID) *hold {
 	}
 	h.refs++
 	return h
+}
+
+// isHeld reports whether the hold id is held.
+func (c *Client) isHeld(id holdID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.holds[id]
+	return h != nil && h.pinned
 }
 
 // unref ends one use of h; an unused hold that is not held is forgotten.
@@ -209,6 +218,7 @@ func (h *hold) begin(ctx context.Context, ownerNew bool, start time.Time) {
 	if ownerNew {
 		ctx = context.WithValue(ctx, ownerKey{h.c}, h.id.owner)
 	}
+	h.parent = ctx
 	hctx, cancel := context.WithCancelCause(ctx)
 	h.cancel = cancel
 	if h.fixed {

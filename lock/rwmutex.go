@@ -1,0 +1,314 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/fencing"
+)
+
+// Names of an RWMutex's keys and channel besides its hash.
+const (
+	rwChannelPrefix = "redisson_rwlock" // Redisson's
+	readersPrefix   = "seckillguard_rwlock_readers"
+	writersPrefix   = "seckillguard_rwlock_writers"
+)
+
+// An RWMutex is a distributed reader/writer lock: many readers at once, or
+// one writer. Its hash has the layout of Redisson's RReadWriteLock (a "mode"
+// field, a field per reader counting its holds, a "<...>:write" field
+// counting the writer's), but it behaves differently where Redisson's users
+// get hurt, and must not be shared with Redisson's RReadWriteLock:
+//
+//   - It prefers writers: once a writer waits, new readers wait behind it,
+//     so a steady stream of readers cannot starve a writer. (Owners that
+//     already hold a read lock may still re-enter it.) A stream of writers
+//     can in turn hold readers off.
+//   - Each read hold has a lease of its own, renewed by the watchdog for
+//     its holder only; a reader that crashed drops out when its lease ends,
+//     however many other readers come and go.
+//   - A writer may take the read lock under its write lock (a downgrade):
+//     releasing the write lock then leaves the read hold, whose context
+//     descends from the context the write lock was taken with (not from
+//     the write lock's), so it lives on until RUnlock. A reader asking
+//     for the write lock gets ErrUpgrade at once instead of waiting for
+//     itself forever.
+//
+// Both locks are reentrant through the contexts they return, like Mutex.
+// The write lock issues fencing tokens (from the same counter a Mutex of
+// the name would use). A read hold issues none: readers must not write. The
+// context of a read hold keeps the token of any other exclusive lock it
+// descends from.
+//
+// An RWMutex does no I/O until used and may be copied freely.
+type RWMutex struct {
+	c        *Client
+	name     string
+	key      string
+	keys     []string // hash, readers, writers, channel
+	wkeys    []string // keys + token counter
+	checkErr error
+	read     readKind
+	write    writeKind
+}
+
+type readKind struct{ rw *RWMutex }
+type writeKind struct{ rw *RWMutex }
+
+// RWMutex returns the reader/writer lock called name. It does no I/O; an
+// invalid name is reported by the first operation.
+func (c *Client) RWMutex(name string) *RWMutex {
+	rw := &RWMutex{c: c, name: name}
+	rw.read.rw, rw.write.rw = rw, rw
+	if c == nil {
+		rw.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
+		return rw
+	}
+	if rw.checkErr = checkName(name); rw.checkErr != nil {
+		return rw
+	}
+	rw.key = c.key(name)
+	if rw.checkErr = checkName(rw.key); rw.checkErr != nil {
+		return rw
+	}
+	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key)}
+	rw.wkeys = append(append([]string{}, rw.keys...), derived(tokenPrefix, rw.key))
+	return rw
+}
+
+// Name returns the lock's name as given to Client.RWMutex.
+func (rw *RWMutex) Name() string {
+	if rw == nil {
+		return ""
+	}
+	return rw.name
+}
+
+func (rw *RWMutex) usable() error {
+	if rw == nil {
+		return fmt.Errorf("%w: nil rw mutex", ErrInvalid)
+	}
+	if rw.checkErr != nil {
+		return wrap(rw.name, rw.checkErr)
+	}
+	if err := rw.c.usable(); err != nil {
+		return wrap(rw.name, err)
+	}
+	return nil
+}
+
+// RLock acquires a read hold, waiting as long as it takes or until ctx ends,
+// and returns the context that holds it (see Mutex.Lock). It waits while a
+// writer holds the lock, and also while a writer waits for it, unless ctx
+// already holds the read lock (a re-entry) or the write lock (a downgrade).
+func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return rw.rlock(ctx, -1, opts)
+}
+
+// TryRLock is RLock with a bounded wait: it gives up after wait with
+// ErrNotAcquired. wait 0 makes exactly one attempt; a negative wait is an
+// error (ErrInvalid).
+func (rw *RWMutex) TryRLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
+	if wait < 0 {
+		return ctx, wrap(rw.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	}
+	return rw.rlock(ctx, wait, opts)
+}
+
+func (rw *RWMutex) rlock(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if err := rw.usable(); err != nil {
+		return ctx, err
+	}
+	if ctx != nil && ctx.Err() == nil {
+		// A downgrade: the read hold must outlive the write lock, so its
+		// context descends from the one the write lock was taken with.
+		if owner, ok := rw.c.owner(ctx); ok && !rw.c.isHeld(holdID{rw.key, reader, owner}) {
+			if wh := rw.c.refHeld(holdID{rw.key, writer, owner}); wh != nil {
+				ctx = wh.parent
+				rw.c.unref(wh)
+			}
+		}
+	}
+	return rw.c.acquire(ctx, &rw.read, rw.key, reader, rw.name, wait, opts)
+}
+
+// RUnlock releases one level of the read hold of ctx, as Mutex.Unlock does.
+// The last reader out wakes the waiting writers.
+func (rw *RWMutex) RUnlock(ctx context.Context) error {
+	if err := rw.usable(); err != nil {
+		return err
+	}
+	return rw.c.unlock(ctx, rw.key, reader, rw.name)
+}
+
+// Lock acquires the write lock, waiting as long as it takes or until ctx
+// ends, and returns the context that holds it (see Mutex.Lock); from the
+// moment it waits, new readers wait too. If ctx holds a read hold of this
+// lock, Lock returns ErrUpgrade at once.
+func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return rw.lock(ctx, -1, opts)
+}
+
+// TryLock is Lock with a bounded wait: it gives up after wait with
+// ErrNotAcquired (and stops keeping readers out). wait 0 makes exactly one
+// attempt; a negative wait is an error (ErrInvalid).
+func (rw *RWMutex) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
+	if wait < 0 {
+		return ctx, wrap(rw.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	}
+	return rw.lock(ctx, wait, opts)
+}
+
+func (rw *RWMutex) lock(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if err := rw.usable(); err != nil {
+		return ctx, err
+	}
+	if ctx != nil {
+		if owner, ok := rw.c.owner(ctx); ok &&
+			rw.c.isHeld(holdID{rw.key, reader, owner}) && !rw.c.isHeld(holdID{rw.key, writer, owner}) {
+			return ctx, wrap(rw.name, ErrUpgrade)
+		}
+	}
+	return rw.c.acquire(ctx, &rw.write, rw.key, writer, rw.name, wait, opts)
+}
+
+// Unlock releases one level of the write hold of ctx, as Mutex.Unlock does.
+// Releasing the last level wakes the waiters; read holds ctx took under the
+// write lock stay held.
+func (rw *RWMutex) Unlock(ctx context.Context) error {
+	if err := rw.usable(); err != nil {
+		return err
+	}
+	return rw.c.unlock(ctx, rw.key, writer, rw.name)
+}
+
+// leaseArgs returns a hold's lease for a first acquisition and for a
+// re-entry (where a fixed lease keeps its deadline).
+func leaseArgs(h *hold) (first, again string) {
+	first = strconv.FormatInt(h.lease.Milliseconds(), 10)
+	if h.fixed {
+		return first, "0"
+	}
+	return first, first
+}
+
+// readerField returns the read field of the owner of a write hold.
+func readerField(writeField string) string { return strings.TrimSuffix(writeField, ":write") }
+
+func (k *readKind) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+	rw := k.rw
+	lease, _ := leaseArgs(h)
+	vals, err := readAcquireScript.Run(ctx, via, rw.keys, lease, h.field, h.field+":write", 0, rw.c.publish).Int64Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(vals) == 2 {
+		switch vals[0] {
+		case 1:
+			return true, 0, nil
+		case 0:
+			return false, retryAfter(rw.c, vals[1]), nil
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v from the read acquire script", vals)
+}
+
+func (k *readKind) reenter(ctx context.Context, h *hold) (bool, error) {
+	rw := k.rw
+	_, lease := leaseArgs(h)
+	vals, err := rw.c.run(ctx, readAcquireScript, rw.keys, lease, h.field, h.field+":write", h.levels, rw.c.publish).Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	return len(vals) == 2 && vals[0] == 1, nil
+}
+
+func (k *readKind) release(ctx context.Context, h *hold) (int64, error) {
+	rw := k.rw
+	return rw.c.run(ctx, readReleaseScript, rw.keys, h.field, h.levels, rw.c.publish).Int64()
+}
+
+func (k *readKind) undo(ctx context.Context, h *hold, acquired bool) {
+	if !acquired {
+		return
+	}
+	rw := k.rw
+	if err := rw.c.run(ctx, readReleaseScript, rw.keys, h.field, 1, rw.c.publish).Err(); err != nil {
+		rw.c.opts.logger.Warn("lock: could not roll back a read acquisition of unknown outcome; it expires with its lease",
+			"lock", rw.name, "lease", h.lease, "err", err)
+	}
+}
+
+func (k *readKind) renewal(h *hold) (*redis.Script, []string, []any) {
+	return readRenewScript, k.rw.keys[:2], []any{h.field}
+}
+
+func (k *readKind) channel(*hold) string { return k.rw.keys[3] }
+func (k *readKind) shared() bool         { return true }
+func (k *readKind) tokens() bool         { return false }
+
+func (k *writeKind) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+	rw := k.rw
+	lease, _ := leaseArgs(h)
+	timeout := strconv.FormatInt(rw.c.opts.watchdogTimeout.Milliseconds(), 10)
+	vals, err := writeAcquireScript.Run(ctx, via, rw.wkeys, lease, h.field, readerField(h.field), 0, rw.c.publish, timeout).Int64Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(vals) == 2 {
+		switch vals[0] {
+		case 1:
+			h.token = fencing.Token(vals[1])
+			return true, 0, nil
+		case 0:
+			rw.c.inLine(h, waitingScript, []string{rw.keys[2], rw.keys[2]}, []any{h.field})
+			return false, retryAfter(rw.c, vals[1]), nil
+		case -2:
+			return false, 0, ErrUpgrade
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v from the write acquire script", vals)
+}
+
+func (k *writeKind) reenter(ctx context.Context, h *hold) (bool, error) {
+	rw := k.rw
+	_, lease := leaseArgs(h)
+	timeout := strconv.FormatInt(rw.c.opts.watchdogTimeout.Milliseconds(), 10)
+	vals, err := rw.c.run(ctx, writeAcquireScript, rw.wkeys, lease, h.field, readerField(h.field), h.levels, rw.c.publish, timeout).Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	return len(vals) == 2 && vals[0] == 1, nil
+}
+
+func (k *writeKind) release(ctx context.Context, h *hold) (int64, error) {
+	rw := k.rw
+	return rw.c.run(ctx, writeReleaseScript, rw.keys, h.field, h.levels, rw.c.publish).Int64()
+}
+
+func (k *writeKind) undo(ctx context.Context, h *hold, acquired bool) {
+	if !acquired && !h.queued {
+		return
+	}
+	rw := k.rw
+	drop := "0"
+	if acquired {
+		drop = "1"
+	}
+	if err := rw.c.run(ctx, writeLeaveScript, rw.keys, h.field, rw.c.publish, drop).Err(); err != nil {
+		rw.c.opts.logger.Warn("lock: could not stop waiting for a write lock; readers wait until the watchdog timeout",
+			"lock", rw.name, "timeout", rw.c.opts.watchdogTimeout, "err", err)
+	}
+}
+
+func (k *writeKind) renewal(h *hold) (*redis.Script, []string, []any) {
+	return renewScript, []string{k.rw.key}, []any{h.field}
+}
+
+func (k *writeKind) channel(*hold) string { return k.rw.keys[3] }
+func (k *writeKind) shared() bool         { return false }
+func (k *writeKind) tokens() bool         { return true }

@@ -136,8 +136,12 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		del.After("gorm:delete").Before("gorm:after_delete").Register(pluginName+":verify", p.verify),
 		del.After("gorm:commit_or_rollback_transaction").Register(pluginName+":refuse_late", refuseLate),
 
+		// Raw SQL (db.Exec) is not fenced, but under a lost lock it is
+		// refused like any other write, and it names violated indexes.
+		raw.Before("*").Register(pluginName+":guard", p.guard),
 		raw.Before("gorm:raw").Register(pluginName+":watch", watchDuplicates),
 		raw.After("gorm:raw").Register(pluginName+":verify", translateErrors),
+		raw.After("gorm:raw").Register(pluginName+":refuse_late", refuseLate),
 	)
 	if err != nil {
 		return fmt.Errorf("gormplugin: register callbacks: %w", err)
@@ -165,7 +169,8 @@ func writeOf(stmt *gorm.Statement) *write {
 	return nil
 }
 
-// guard runs first on every create, update and delete: it refuses token-less
+// guard runs first on every create, update, delete and raw SQL statement
+// (db.Exec): it refuses token-less
 // writes in strict mode and writes whose token context is already done, and
 // marks fenced writes for the clause builders and verify.
 func (p *Plugin) guard(db *gorm.DB) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/seckillguard/seckillguard/fencing"
@@ -251,6 +253,12 @@ func TestStale_DoneContextIsRefusedBeforeSending(t *testing.T) {
 	if sqls := log.take(); len(sqls) != 0 {
 		t.Errorf("refused writes sent %q", sqls)
 	}
+	// Raw SQL is not fenced, but it is refused too. (GORM logs its SQL,
+	// which exists before the callbacks run, without sending it.)
+	err := db.WithContext(ctx).Exec("UPDATE products SET stock = 0").Error
+	if !errors.Is(err, fencing.ErrStale) || !errors.Is(err, errLost) {
+		t.Errorf("raw sql: err = %v, want stale with the lock's cause", err)
+	}
 	wantRow(t, db, p.ID, 10, 5)
 }
 
@@ -303,4 +311,47 @@ func TestStale_GlobalUpdateStillNeedsWhereOrAllowGlobalUpdate(t *testing.T) {
 	}
 	wantRow(t, db, a.ID, 0, 5)
 	wantRow(t, db, b.ID, 1, 9)
+}
+
+func TestStale_ConcurrentWritersLoseNoUpdate(t *testing.T) {
+	t.Parallel()
+	db, _ := open(t)
+	p := seed(t, db, "sku-1", 0, 0)
+	const writers = 40
+	tokens := rand.Perm(writers) // every writer its own token, in random order
+
+	type result struct {
+		token fencing.Token
+		err   error
+	}
+	results := make(chan result, writers)
+	var start sync.WaitGroup
+	start.Add(1)
+	for _, n := range tokens {
+		go func(token fencing.Token) {
+			start.Wait()
+			err := db.WithContext(at(token)).Model(&Product{ID: p.ID}).Update("stock", gorm.Expr("stock + 1")).Error
+			results <- result{token, err}
+		}(fencing.Token(n + 1))
+	}
+	start.Done()
+
+	accepted := 0
+	for range writers {
+		r := <-results
+		switch {
+		case r.err == nil:
+			accepted++
+		case errors.Is(r.err, fencing.ErrStale):
+			if r.token == writers {
+				t.Errorf("the newest token %d was refused: %v", r.token, r.err)
+			}
+		default:
+			t.Errorf("token %d: %v", r.token, r.err)
+		}
+	}
+	// Every accepted write counted once, every refused one not at all, and
+	// the newest token holds the row.
+	wantRow(t, db, p.ID, accepted, writers)
+	t.Logf("%d of %d writes accepted", accepted, writers)
 }

@@ -104,3 +104,28 @@ func TestSave_SliceWithOneStaleRowIsRolledBack(t *testing.T) {
 		t.Errorf("row 99 was inserted by a rejected statement")
 	}
 }
+
+func TestUpsert_ByCompositeOnConflictColumns(t *testing.T) {
+	t.Parallel()
+	db, _ := open(t)
+	if err := db.WithContext(at(9)).Create(&Order{UserID: 1, SKU: "s", IdemKey: "k1"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	upsert := func(tx *gorm.DB, key string) error {
+		return tx.Clauses(clause.OnConflict{
+			Columns:   []clause.Column{{Name: "user_id"}, {Name: "sku"}},
+			DoUpdates: clause.AssignmentColumns([]string{"idem_key"}),
+		}).Create(&Order{UserID: 1, SKU: "s", IdemKey: key}).Error
+	}
+	wantStale(t, upsert(db.WithContext(at(5)), "k2"), "orders", "user_id=1,sku=s", 5, 9)
+	if err := upsert(db.WithContext(at(12)), "k3"); err != nil {
+		t.Fatal(err)
+	}
+	var o Order
+	if err := db.First(&o).Error; err != nil {
+		t.Fatal(err)
+	}
+	if o.IdemKey != "k3" || o.Fence != 12 {
+		t.Errorf("order: key %q fence %d, want k3, 12", o.IdemKey, o.Fence)
+	}
+}

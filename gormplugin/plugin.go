@@ -37,8 +37,10 @@
 //
 // Writes without a token run exactly like plain GORM, with no extra query,
 // unless the plugin is Strict. Writes by table name alone (no model) and raw
-// SQL (db.Exec) are never fenced: the plugin finds the fence column through
-// the model's schema.
+// SQL (db.Exec) are not fenced, because the plugin finds the fence column
+// through the model's schema; like every other write, though, they are
+// refused with a *fencing.StaleError once the token's context is done (the
+// lock was lost), so a holder that lost its lock writes nothing.
 //
 // Unique-index violations (MySQL error 1062) become a *DuplicateError naming
 // the index, on every write and whether or not gorm.Config.TranslateError is
@@ -195,8 +197,10 @@ func (p *Plugin) guard(db *gorm.DB) {
 	}
 }
 
-// verify runs right after the statement: it restores the connection pool,
-// reports a stale write, and records the token in the model's fence field.
+// verify runs right after the statement, before the model's after-hooks and
+// before GORM commits its default transaction: it translates a duplicate
+// entry, reports a stale write, and records the token in the model's fence
+// field.
 func (p *Plugin) verify(db *gorm.DB) {
 	translateErrors(db)
 	stmt := db.Statement

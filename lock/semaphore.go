@@ -1,0 +1,182 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// semChannelPrefix is Redisson's prefix for a semaphore's channel.
+const semChannelPrefix = "redisson_sc"
+
+// A Semaphore limits how many owners across every Client hold it at once:
+// "at most 50 concurrent checkouts per SKU". Each holder has a permit with a
+// lease of its own, renewed by the watchdog while held (or fixed with
+// WithLease); the permit of a holder that died returns by itself when its
+// lease ends, at most the watchdog timeout later, never stuck as a
+// Redisson RSemaphore's would be.
+//
+// Its Redis key is a sorted set named after it: holder field
+// "<clientUUID>:<ownerID>" -> the server time (ms) its lease ends. Releases
+// publish on Redisson's semaphore channel "redisson_sc:{<name>}".
+//
+// A permit is reentrant through the context Acquire returns: acquiring again
+// with it takes no second permit, and each Acquire needs its own Release. It
+// carries no fencing token (its holders are not exclusive); the context keeps
+// the token of any exclusive lock it descends from.
+//
+// The number of permits is part of each Semaphore value, not stored in Redis:
+// every Semaphore of one name should be created with the same number. Each
+// acquisition enforces its own number, so during a rolling change from 50 to
+// 60 permits the old instances stop at 50 and the new ones at 60.
+//
+// A Semaphore does no I/O until used and may be copied freely.
+type Semaphore struct {
+	c        *Client
+	name     string
+	key      string
+	permits  int
+	keys     []string // sorted set, channel
+	checkErr error
+}
+
+// Semaphore returns the semaphore called name with permits permits. It does
+// no I/O; an invalid name or a permits count below 1 is reported by the first
+// operation (ErrInvalid).
+func (c *Client) Semaphore(name string, permits int) *Semaphore {
+	s := &Semaphore{c: c, name: name, permits: permits}
+	switch {
+	case c == nil:
+		s.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
+	case permits < 1:
+		s.checkErr = fmt.Errorf("%w: %d permits, want at least 1", ErrInvalid, permits)
+	default:
+		if s.checkErr = checkName(name); s.checkErr == nil {
+			s.key = c.key(name)
+			if s.checkErr = checkName(s.key); s.checkErr == nil {
+				s.keys = []string{s.key, derived(semChannelPrefix, s.key)}
+			}
+		}
+	}
+	return s
+}
+
+// Name returns the semaphore's name as given to Client.Semaphore.
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
+
+// Permits returns how many holders the semaphore admits at once.
+func (s *Semaphore) Permits() int {
+	if s == nil {
+		return 0
+	}
+	return s.permits
+}
+
+func (s *Semaphore) usable() error {
+	if s == nil {
+		return fmt.Errorf("%w: nil semaphore", ErrInvalid)
+	}
+	if s.checkErr != nil {
+		return wrap(s.name, s.checkErr)
+	}
+	if err := s.c.usable(); err != nil {
+		return wrap(s.name, err)
+	}
+	return nil
+}
+
+// Acquire takes a permit, waiting as long as it takes or until ctx ends, and
+// returns the context that holds it: it is cancelled with cause ErrLost if
+// the permit is lost while held. If ctx holds a permit of this semaphore
+// already, Acquire re-enters it at once.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return s.acquire(ctx, -1, opts)
+}
+
+// TryAcquire is Acquire with a bounded wait: it gives up after wait with
+// ErrNotAcquired. wait 0 makes exactly one attempt; a negative wait is an
+// error (ErrInvalid).
+func (s *Semaphore) TryAcquire(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
+	if wait < 0 {
+		return ctx, wrap(s.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	}
+	return s.acquire(ctx, wait, opts)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if err := s.usable(); err != nil {
+		return ctx, err
+	}
+	return s.c.acquire(ctx, s, s.key, permit, s.name, wait, opts)
+}
+
+// Release releases one level of the permit held by ctx; the last level gives
+// the permit back and wakes a waiter. It returns ErrNotHeld when ctx holds
+// no permit and an error matching ErrLost when the permit was lost.
+func (s *Semaphore) Release(ctx context.Context) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.c.unlock(ctx, s.key, permit, s.name)
+}
+
+// The Semaphore is the kind of its permits.
+
+func (s *Semaphore) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+	lease, _ := leaseArgs(h)
+	vals, err := permitAcquireScript.Run(ctx, via, s.keys, lease, h.field, 0, s.permits, s.c.publish).Int64Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(vals) == 2 {
+		switch vals[0] {
+		case 1:
+			return true, 0, nil
+		case 0:
+			return false, retryAfter(s.c, vals[1]), nil
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v from the permit acquire script", vals)
+}
+
+func (s *Semaphore) reenter(ctx context.Context, h *hold) (bool, error) {
+	_, lease := leaseArgs(h)
+	vals, err := s.c.run(ctx, permitAcquireScript, s.keys, lease, h.field, h.levels, s.permits, s.c.publish).Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	return len(vals) == 2 && vals[0] == 1, nil
+}
+
+func (s *Semaphore) release(ctx context.Context, h *hold) (int64, error) {
+	if h.levels > 1 {
+		return int64(h.levels - 1), nil // Redis knows the permit, not its levels
+	}
+	return s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish).Int64()
+}
+
+func (s *Semaphore) undo(ctx context.Context, h *hold, acquired bool) {
+	if !acquired {
+		return
+	}
+	if err := s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish).Err(); err != nil {
+		s.c.opts.logger.Warn("lock: could not roll back a permit of unknown outcome; it expires with its lease",
+			"semaphore", s.name, "lease", h.lease, "err", err)
+	}
+}
+
+func (s *Semaphore) renewal(h *hold) (*redis.Script, []string, []any) {
+	return permitRenewScript, s.keys[:1], []any{h.field}
+}
+
+func (s *Semaphore) channel(*hold) string { return s.keys[1] }
+func (s *Semaphore) shared() bool         { return true }
+func (s *Semaphore) tokens() bool         { return false }
+

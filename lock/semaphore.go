@@ -179,4 +179,3 @@ func (s *Semaphore) renewal(h *hold) (*redis.Script, []string, []any) {
 func (s *Semaphore) channel(*hold) string { return s.keys[1] }
 func (s *Semaphore) shared() bool         { return true }
 func (s *Semaphore) tokens() bool         { return false }
-

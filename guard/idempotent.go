@@ -1,0 +1,440 @@
+package guard
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckillguard/seckillguard/ginmw"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// idemConfig is the idempotency part of a route's configuration.
+type idemConfig struct {
+	header            string
+	keyTmpl           *ginmw.Template
+	required          bool
+	scope             *ginmw.Template
+	unscoped          bool
+	fingerprint       Fingerprint
+	ttl               time.Duration
+	waitForFirst      time.Duration
+	storeServerErrors bool
+	maxResponse       int
+	replayHeaders     []string
+}
+
+// IdempotencyHeader sets the request header that carries the key. Default
+// "Idempotency-Key" (draft-ietf-httpapi-idempotency-key-header).
+func IdempotencyHeader(name string) RouteOption {
+	mustf(name != "", "IdempotencyHeader: empty header name")
+	return func(r *route) { r.idem.header, r.idem.keyTmpl = name, nil }
+}
+
+// IdempotencyKey takes the key from the request with a template instead of a
+// header, for clients that send none: "order:<ctx:user_id>:<body:order_no>"
+// makes a repeated submission of one order a replay. It panics on a
+// malformed template.
+func IdempotencyKey(template string) RouteOption {
+	t := ginmw.MustParseTemplate(template)
+	return func(r *route) { r.idem.keyTmpl = t }
+}
+
+// OptionalKey lets requests without a key through, unguarded. Default: the
+// key is required and a request without one is answered 400.
+func OptionalKey() RouteOption {
+	return func(r *route) { r.idem.required = false }
+}
+
+// Scope names the caller whose keys these are, with a template such as
+// "<ctx:user_id>" or "<header:X-Tenant>": records are kept per scope, so one
+// caller can never be served another's stored response, even with the same
+// key. Every Idempotent route needs a Scope, or Unscoped.
+func Scope(template string) RouteOption {
+	t := ginmw.MustParseTemplate(template)
+	return func(r *route) { r.idem.scope, r.idem.unscoped = t, false }
+}
+
+// Unscoped shares one key space among all callers of the route. Only for
+// keys a client cannot guess or choose for another client.
+func Unscoped() RouteOption {
+	return func(r *route) { r.idem.scope, r.idem.unscoped = nil, true }
+}
+
+// UseFingerprint sets what makes two requests with one key the same
+// request. Default FingerprintAuto.
+func UseFingerprint(f Fingerprint) RouteOption {
+	return func(r *route) { r.idem.fingerprint = f }
+}
+
+// RecordTTL sets how long a completed response is replayed. Default
+// DefaultRecordTTL (24h).
+func RecordTTL(d time.Duration) RouteOption {
+	mustf(d >= time.Millisecond, "RecordTTL(%v): must be at least 1ms", d)
+	return func(r *route) { r.idem.ttl = d }
+}
+
+// WaitForFirst makes a request whose key is in progress wait up to d for the
+// first request and replay its answer, instead of being answered 409 at
+// once. Default 0: answer 409 with Retry-After.
+func WaitForFirst(d time.Duration) RouteOption {
+	mustf(d >= 0, "WaitForFirst(%v): must not be negative", d)
+	return func(r *route) { r.idem.waitForFirst = d }
+}
+
+// StoreServerErrors keeps 5xx answers and replays them, as Stripe does.
+// Default: a 5xx (or a panic) drops the record so that a retry runs again.
+func StoreServerErrors() RouteOption {
+	return func(r *route) { r.idem.storeServerErrors = true }
+}
+
+// MaxResponse sets the largest response body that is stored for replay; a
+// larger one reaches the client but is not stored (a log line says so), and a
+// retry runs again. Default ginmw.DefaultRecordLimit (64 KiB).
+func MaxResponse(n int) RouteOption {
+	mustf(n > 0, "MaxResponse(%d): must be positive", n)
+	return func(r *route) { r.idem.maxResponse = n }
+}
+
+// ReplayHeaders names response headers stored and replayed besides
+// Content-Type, such as "Location".
+func ReplayHeaders(names ...string) RouteOption {
+	return func(r *route) { r.idem.replayHeaders = append(r.idem.replayHeaders, names...) }
+}
+
+// ReplayedHeader marks a replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// recordPrefix starts the Redis keys of idempotency records and their
+// in-progress locks; the braces keep both in one Cluster slot.
+const recordPrefix = "seckillguard:idem:"
+
+//go:embed scripts/idem_begin.lua
+var beginSource string
+
+var beginScript = redis.NewScript(beginSource)
+
+// Idempotent returns middleware that gives the rest of the chain one effect
+// per idempotency key and caller: the first request with a key runs the
+// handler and its answer (status, Content-Type and ReplayHeaders, body) is
+// stored; a later request with the key gets that answer replayed, with the
+// header Idempotent-Replayed: true, and the handler does not run.
+//
+//	400 idempotency_key_missing   no key, and the key is required
+//	400 idempotency_key_invalid   malformed, empty, non-ASCII or over 255 bytes
+//	422 idempotency_key_reused    the key was used with a different request
+//	409 request_in_progress       the first request with the key still runs
+//	503 idempotency_unavailable   Redis is unreachable (unless FailOpen)
+//
+// While the first request runs, its key is held by a lock of this framework:
+// renewed while the handler works, and expiring by itself if the instance
+// dies, so a key is never stuck "in progress". A 5xx answer or a panic drops
+// the record so a retry runs again. Every Idempotent route needs Scope or
+// Unscoped; Idempotent panics at registration otherwise.
+func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
+	return g.idempotentStep(g.route(opts)).handler()
+}
+
+func (g *Guard) idempotentStep(r route) step {
+	ic := r.idem
+	mustf(ic.scope != nil || ic.unscoped,
+		"Idempotent needs guard.Scope(\"<ctx:user_id>\") (whose keys these are) or guard.Unscoped()")
+	return func(c *gin.Context, next func()) {
+		method, routeName := routeOf(c)
+		idem := g.metrics.idem
+		key, ok, err := ic.key(c, r.bodyLimit)
+		if err != nil {
+			g.rejectIdem(c, method, routeName, err)
+			return
+		}
+		if !ok {
+			next() // no key, and none required
+			return
+		}
+		scope := ""
+		if ic.scope != nil {
+			if scope, err = ic.scope.Resolve(c, r.bodyLimit); err != nil {
+				g.reject(c, method, routeName, err)
+				return
+			}
+		}
+		body, err := ginmw.Body(c, r.bodyLimit)
+		if err != nil {
+			g.reject(c, method, routeName, err)
+			return
+		}
+		fp, err := ic.fingerprint.sum(method, routeName, c.GetHeader("Content-Type"), body)
+		if err != nil {
+			g.metrics.rejected.WithLabelValues(method, routeName, "bad_body").Inc()
+			ginmw.Abort(c, http.StatusBadRequest, "bad_body", ginmw.Extra("detail", err.Error()))
+			return
+		}
+		id := recordID(method, routeName, scope, key)
+		recKey := recordPrefix + "{" + id + "}:r"
+		c.Set(idemKeyName, id)
+
+		// One round trip for a replay.
+		raw, err := g.rdb.Get(c.Request.Context(), recKey).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			g.idemUnavailable(c, r, method, routeName, err, next)
+			return
+		}
+		rec, markerFP, err := decodeRecord(raw)
+		if err != nil {
+			g.log.Error("guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
+		}
+		if rec != nil {
+			g.replay(c, rec, fp, method, routeName)
+			return
+		}
+
+		wait := ic.waitForFirst
+		if markerFP != "" && markerFP != fp {
+			wait = 0 // a different request: no point waiting for it
+		}
+		m := g.locks.Mutex(recordPrefix + "{" + id + "}")
+		ctx, err := m.TryLock(c.Request.Context(), wait)
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired):
+			if markerFP != "" && markerFP != fp {
+				idem.WithLabelValues(method, routeName, "mismatch").Inc()
+				ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
+				return
+			}
+			idem.WithLabelValues(method, routeName, "in_progress").Inc()
+			ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
+			return
+		case err != nil && c.Request.Context().Err() != nil:
+			c.AbortWithStatus(StatusClientClosedRequest)
+			return
+		case err != nil:
+			g.idemUnavailable(c, r, method, routeName, err, next)
+			return
+		}
+		defer func() {
+			if uerr := m.Unlock(ctx); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
+				g.log.Error("guard: releasing an idempotency key failed; it frees itself with its lease", "route", routeName, "err", uerr)
+			}
+		}()
+
+		bctx := context.WithoutCancel(ctx)
+		res, err := beginScript.Run(bctx, g.rdb, []string{recKey}, "p"+fp, ic.ttl.Milliseconds()).Text()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			g.idemUnavailable(c, r, method, routeName, err, next)
+			return
+		}
+		if res != "" {
+			// Completed while this request waited for the key.
+			if rec, _, err := decodeRecord(res); err == nil && rec != nil {
+				g.replay(c, rec, fp, method, routeName)
+				return
+			}
+		}
+
+		idem.WithLabelValues(method, routeName, "executed").Inc()
+		rcd := ginmw.Record(c, ic.maxResponse)
+		orig := c.Request
+		c.Request = orig.WithContext(ctx)
+		done := false
+		defer func() {
+			c.Request = orig
+			if !done { // the handler panicked: a retry must run again
+				g.dropRecord(bctx, recKey, routeName)
+				idem.WithLabelValues(method, routeName, "dropped").Inc()
+			}
+		}()
+		next()
+		done = true
+		g.finish(bctx, ic, rcd, recKey, fp, method, routeName)
+	}
+}
+
+// key returns the request's idempotency key; ok is false when there is none
+// and none is required.
+func (ic *idemConfig) key(c *gin.Context, bodyLimit int64) (key string, ok bool, err error) {
+	if ic.keyTmpl != nil {
+		key, err = ic.keyTmpl.Resolve(c, bodyLimit)
+		if errors.Is(err, ginmw.ErrMissingField) && !ic.required {
+			return "", false, nil
+		}
+		return key, err == nil, err
+	}
+	lines := c.Request.Header.Values(ic.header)
+	if len(lines) == 0 {
+		if ic.required {
+			return "", false, errMissingKey
+		}
+		return "", false, nil
+	}
+	key, err = parseIdempotencyKey(lines)
+	return key, err == nil, err
+}
+
+var errMissingKey = fmt.Errorf("%w: missing", errIdemKey)
+
+// rejectIdem answers a request whose idempotency key is missing or bad.
+func (g *Guard) rejectIdem(c *gin.Context, method, routeName string, err error) {
+	if !errors.Is(err, errIdemKey) {
+		g.reject(c, method, routeName, err)
+		return
+	}
+	g.metrics.rejected.WithLabelValues(method, routeName, "idempotency_key").Inc()
+	if errors.Is(err, errMissingKey) {
+		ginmw.Abort(c, http.StatusBadRequest, "idempotency_key_missing")
+		return
+	}
+	ginmw.Abort(c, http.StatusBadRequest, "idempotency_key_invalid", ginmw.Extra("detail", err.Error()))
+}
+
+func (g *Guard) idemUnavailable(c *gin.Context, r route, method, routeName string, err error, next func()) {
+	if r.failOpen {
+		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
+		g.log.Warn("guard: idempotency unavailable; the route fails open and runs unguarded", "route", routeName, "err", err)
+		next()
+		return
+	}
+	g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
+	g.log.Error("guard: idempotency unavailable", "route", routeName, "err", err)
+	_ = c.Error(err)
+	ginmw.Abort(c, http.StatusServiceUnavailable, "idempotency_unavailable", ginmw.RetryAfter(r.retryAfter))
+}
+
+// replay answers with a stored response, or 422 when it was stored for a
+// different request.
+func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string) {
+	if rec.Fingerprint != fp {
+		g.metrics.idem.WithLabelValues(method, routeName, "mismatch").Inc()
+		ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
+		return
+	}
+	g.metrics.idem.WithLabelValues(method, routeName, "replayed").Inc()
+	resp := rec.response()
+	if resp.Header == nil {
+		resp.Header = http.Header{}
+	}
+	resp.Header.Set(ReplayedHeader, "true")
+	ginmw.Replay(c, resp)
+}
+
+// finish stores the handler's answer, or drops the in-progress record when
+// the answer must not be replayed.
+func (g *Guard) finish(ctx context.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, fp, method, routeName string) {
+	idem := g.metrics.idem
+	resp, err := rcd.Response(ic.replayHeaders...)
+	if err != nil {
+		g.log.Warn("guard: response not stored for idempotent replay; a retry runs the request again",
+			"route", routeName, "reason", err)
+		g.dropRecord(ctx, recKey, routeName)
+		idem.WithLabelValues(method, routeName, "not_stored").Inc()
+		return
+	}
+	if !storable(resp.Status, ic.storeServerErrors) {
+		g.dropRecord(ctx, recKey, routeName)
+		idem.WithLabelValues(method, routeName, "dropped").Inc()
+		return
+	}
+	data, err := encodeRecord(fp, resp)
+	if err == nil {
+		err = g.rdb.Set(ctx, recKey, data, ic.ttl).Err()
+	}
+	if err != nil {
+		g.log.Error("guard: storing an idempotent response failed; a retry runs the request again", "route", routeName, "err", err)
+		g.dropRecord(ctx, recKey, routeName)
+		idem.WithLabelValues(method, routeName, "not_stored").Inc()
+		return
+	}
+	idem.WithLabelValues(method, routeName, "stored").Inc()
+}
+
+// storable reports whether an answer with status is replayed to retries.
+// Transient answers are not: a retry deserves a new attempt.
+func storable(status int, serverErrors bool) bool {
+	switch {
+	case status == 0:
+		return true
+	case status >= 500:
+		return serverErrors
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return false
+	}
+	return true
+}
+
+func (g *Guard) dropRecord(ctx context.Context, recKey, routeName string) {
+	if err := g.rdb.Del(ctx, recKey).Err(); err != nil {
+		g.log.Warn("guard: dropping an in-progress idempotency marker failed; it expires with the record TTL",
+			"route", routeName, "err", err)
+	}
+}
+
+// recordID names the record of a key: a hash of the method, the route, the
+// caller's scope and the key, so that keys of any content give short, safe
+// Redis keys and one caller's key can never address another's record.
+func recordID(method, routeName, scope, key string) string {
+	h := sha256.New()
+	for _, s := range []string{method, routeName, scope, key} {
+		io.WriteString(h, strconv.Itoa(len(s)))
+		h.Write([]byte{':'})
+		io.WriteString(h, s)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// IdempotencyRecord returns the id of the request's idempotency record: a
+// short hash of route, caller and key. Store it in a unique-indexed column of
+// the row the request creates (gormplugin.ErrDuplicate then tells a repeat
+// that slipped past a lost record from a new request).
+func IdempotencyRecord(c *gin.Context) (string, bool) {
+	v, ok := c.Get(idemKeyName)
+	s, _ := v.(string)
+	return s, ok && s != ""
+}
+
+// record is a completed idempotent response as stored in Redis.
+type record struct {
+	Fingerprint string      `json:"fp"`
+	Status      int         `json:"status"`
+	Header      http.Header `json:"header,omitempty"`
+	Body        []byte      `json:"body,omitempty"`
+}
+
+func (r *record) response() ginmw.Response {
+	return ginmw.Response{Status: r.Status, Header: r.Header.Clone(), Body: r.Body}
+}
+
+func encodeRecord(fp string, resp ginmw.Response) (string, error) {
+	data, err := json.Marshal(record{Fingerprint: fp, Status: resp.Status, Header: resp.Header, Body: resp.Body})
+	if err != nil {
+		return "", err
+	}
+	return "c" + string(data), nil
+}
+
+// decodeRecord reads a stored value: a completed record, or the fingerprint
+// of an in-progress marker.
+func decodeRecord(raw string) (rec *record, markerFP string, err error) {
+	switch {
+	case raw == "":
+		return nil, "", nil
+	case raw[0] == 'p':
+		return nil, raw[1:], nil
+	case raw[0] == 'c':
+		rec = new(record)
+		if err := json.Unmarshal([]byte(raw[1:]), rec); err != nil {
+			return nil, "", fmt.Errorf("guard: idempotency record: %w", err)
+		}
+		return rec, "", nil
+	}
+	return nil, "", fmt.Errorf("guard: idempotency record of unknown kind %q", raw[:1])
+}

@@ -1,0 +1,342 @@
+package guard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seckillguard/seckillguard/guard"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// withUser plays the authentication middleware: the caller's id from a header.
+func withUser(c *gin.Context) {
+	if u := c.GetHeader("X-User-ID"); u != "" {
+		c.Set("user_id", u)
+	}
+}
+
+// payments counts handler executions and answers with the execution number.
+type payments struct{ runs atomic.Int32 }
+
+func (p *payments) pay(c *gin.Context) {
+	n := p.runs.Add(1)
+	c.Header("Location", fmt.Sprintf("/payments/%d", n))
+	c.JSON(http.StatusCreated, gin.H{"payment": n})
+}
+
+func idemInstance(t testing.TB, srv *testenv.RedisServer, h gin.HandlerFunc, opts ...guard.RouteOption) *instance {
+	opts = append([]guard.RouteOption{guard.Scope("<ctx:user_id>"), guard.ReplayHeaders("Location")}, opts...)
+	return newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(withUser)
+		r.POST("/pay", g.Idempotent(opts...), h)
+	})
+}
+
+func TestIdempotent_SameKeyTwiceRunsOnceAndReplays(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	in := idemInstance(t, srv, p.pay)
+	first := do(t, "POST", in.srv.URL+"/pay", `{"amount":10}`, "Idempotency-Key", `"k-1"`, "X-User-ID", "u1")
+	second := do(t, "POST", in.srv.URL+"/pay", `{ "amount" : 10 }`, "Idempotency-Key", `"k-1"`, "X-User-ID", "u1")
+	if first.status != 201 || second.status != 201 || string(first.body) != string(second.body) {
+		t.Fatalf("first %d %s, second %d %s", first.status, first.body, second.status, second.body)
+	}
+	if p.runs.Load() != 1 {
+		t.Fatalf("handler ran %d times", p.runs.Load())
+	}
+	if second.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("only the replay carries Idempotent-Replayed: true")
+	}
+	if second.header.Get("Location") != first.header.Get("Location") || second.header.Get("Content-Type") != first.header.Get("Content-Type") {
+		t.Fatalf("replayed headers differ: %v vs %v", second.header, first.header)
+	}
+}
+
+func TestIdempotent_ReplayCostsOneRoundTrip(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	counter := testenv.NewCommandCounter()
+	in := idemInstance(t, srv, p.pay)
+	in.rdb.AddHook(counter)
+	do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "k", "X-User-ID", "u1")
+	before := counter.Snapshot()
+	r := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "k", "X-User-ID", "u1")
+	after := counter.Snapshot()
+	var n int64
+	for k, v := range after {
+		n += v - before[k]
+	}
+	if r.status != 201 || n != 1 || after["get"]-before["get"] != 1 {
+		t.Fatalf("replay: %d, %d commands (%v -> %v); want one GET", r.status, n, before, after)
+	}
+}
+
+func TestIdempotent_FiftyConcurrentAcrossThreeInstancesRunOnce(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			srv := testenv.Redis(t)
+			var p payments
+			slow := func(c *gin.Context) { time.Sleep(150 * time.Millisecond); p.pay(c) }
+			var opts []guard.RouteOption
+			if wait {
+				opts = append(opts, guard.WaitForFirst(10*time.Second))
+			}
+			var inst []*instance
+			for i := 0; i < 3; i++ {
+				inst = append(inst, idemInstance(t, srv, slow, opts...))
+			}
+			var mu sync.Mutex
+			statuses := map[int]int{}
+			bodies := map[string]int{}
+			var wg sync.WaitGroup
+			for i := 0; i < 50; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := do(t, "POST", inst[i%3].srv.URL+"/pay", `{"amount":5}`, "Idempotency-Key", "same", "X-User-ID", "u1")
+					mu.Lock()
+					statuses[r.status]++
+					if r.status == 201 {
+						bodies[string(r.body)]++
+					}
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if p.runs.Load() != 1 {
+				t.Fatalf("handler ran %d times for one key", p.runs.Load())
+			}
+			if wait {
+				if statuses[201] != 50 || len(bodies) != 1 {
+					t.Fatalf("with waiting every request gets the first answer: %v %v", statuses, bodies)
+				}
+			} else if statuses[201]+statuses[409] != 50 || statuses[409] == 0 {
+				t.Fatalf("without waiting duplicates get 409 (or a replay once done): %v", statuses)
+			}
+		})
+	}
+}
+
+func TestIdempotent_KeyReusedWithAnotherBodyIs422(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	in := idemInstance(t, srv, p.pay)
+	do(t, "POST", in.srv.URL+"/pay", `{"amount":10}`, "Idempotency-Key", "k", "X-User-ID", "u1")
+	r := do(t, "POST", in.srv.URL+"/pay", `{"amount":11}`, "Idempotency-Key", "k", "X-User-ID", "u1")
+	if r.status != 422 || r.errorCode() != "idempotency_key_reused" || p.runs.Load() != 1 {
+		t.Fatalf("same key, other body: %d %s (runs %d)", r.status, r.body, p.runs.Load())
+	}
+}
+
+func TestIdempotent_CallersNeverShareRecords(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	in := idemInstance(t, srv, p.pay)
+	a := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "k", "X-User-ID", "alice")
+	b := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "k", "X-User-ID", "bob")
+	if p.runs.Load() != 2 || string(a.body) == string(b.body) || b.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("bob was served alice's response: %s / %s", a.body, b.body)
+	}
+	if r := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "k"); r.status != 400 || r.errorCode() != "missing_field" {
+		t.Fatalf("no caller identity: %d %s", r.status, r.body)
+	}
+}
+
+func TestIdempotent_FailuresLetTheRetryRunAgain(t *testing.T) {
+	srv := testenv.Redis(t)
+	var runs atomic.Int32
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(withUser)
+		idem := g.Idempotent(guard.Scope("<ctx:user_id>"))
+		r.POST("/fail", idem, func(c *gin.Context) {
+			if runs.Add(1) == 1 {
+				c.JSON(503, gin.H{"error": "downstream"})
+				return
+			}
+			c.JSON(200, gin.H{"ok": true})
+		})
+		r.POST("/panic", idem, func(c *gin.Context) {
+			if runs.Add(1) == 3 {
+				panic("bug")
+			}
+			c.JSON(200, gin.H{"ok": true})
+		})
+		r.POST("/busy", idem, func(c *gin.Context) { runs.Add(1); c.JSON(429, gin.H{"error": "busy"}) })
+	})
+	h := []string{"Idempotency-Key", "k", "X-User-ID", "u1"}
+	if r := do(t, "POST", in.srv.URL+"/fail", "", h...); r.status != 503 {
+		t.Fatalf("first: %d", r.status)
+	}
+	if r := do(t, "POST", in.srv.URL+"/fail", "", h...); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after a 5xx must run again: %d %v", r.status, r.header)
+	}
+	if r := do(t, "POST", in.srv.URL+"/panic", "", h...); r.status != 500 {
+		t.Fatalf("panic: %d", r.status)
+	}
+	if r := do(t, "POST", in.srv.URL+"/panic", "", h...); r.status != 200 || runs.Load() != 4 {
+		t.Fatalf("retry after a panic must run again: %d (runs %d)", r.status, runs.Load())
+	}
+	do(t, "POST", in.srv.URL+"/busy", "", h...)
+	do(t, "POST", in.srv.URL+"/busy", "", h...)
+	if runs.Load() != 6 {
+		t.Fatalf("a 429 answer was replayed instead of retried (runs %d)", runs.Load())
+	}
+}
+
+func TestIdempotent_DeadInstanceFreesTheKeyAfterItsLease(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	stuck := make(chan struct{})
+	dying := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(withUser)
+		r.POST("/pay", g.Idempotent(guard.Scope("<ctx:user_id>")), func(c *gin.Context) { <-stuck })
+	}, guard.WithLockOptions(lock.WithWatchdogTimeout(600*time.Millisecond)))
+	healthy := idemInstance(t, srv, p.pay)
+	h := []string{"Idempotency-Key", "k", "X-User-ID", "u1"}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", dying.srv.URL+"/pay", nil)
+		req.Header.Set(h[0], h[1])
+		req.Header.Set(h[2], h[3])
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if r := do(t, "POST", healthy.srv.URL+"/pay", "", h...); r.status != 409 {
+		t.Fatalf("while the first runs: %d %s", r.status, r.body)
+	}
+	cancel()
+	dying.g.Close() // the instance dies: nothing renews its in-progress lock
+	died := time.Now()
+	var r reply
+	eventually(t, func() bool {
+		r = do(t, "POST", healthy.srv.URL+"/pay", "", h...)
+		return r.status == 201
+	})
+	if d := time.Since(died); d > 2*time.Second {
+		t.Fatalf("key usable again only after %v", d)
+	}
+	close(stuck)
+	if p.runs.Load() != 1 {
+		t.Fatalf("runs %d", p.runs.Load())
+	}
+}
+
+func TestIdempotent_RejectsBadKeys(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(withUser)
+		r.POST("/pay", g.Idempotent(guard.Scope("<ctx:user_id>")), p.pay)
+		r.POST("/json", g.Idempotent(guard.Scope("<ctx:user_id>"), guard.UseFingerprint(guard.FingerprintJSON)), p.pay)
+		r.POST("/optional", g.Idempotent(guard.Scope("<ctx:user_id>"), guard.OptionalKey()), p.pay)
+	})
+	url := in.srv.URL
+	cases := map[string]string{
+		"oversized":        `"` + strings.Repeat("k", 256) + `"`,
+		"empty string":     `""`,
+		"non-ASCII":        `"ключ"`,
+		"unterminated":     `"abc`,
+		"bad escape":       `"a\nb"`,
+		"parameters":       `"abc";p=1`,
+		"list":             `"a", "b"`,
+		"token with =":     `abc=def`,
+		"token with space": `abc def`,
+	}
+	for name, key := range cases {
+		r := do(t, "POST", url+"/pay", "", "Idempotency-Key", key, "X-User-ID", "u1")
+		if r.status != 400 || r.errorCode() != "idempotency_key_invalid" {
+			t.Errorf("%s %q: %d %s", name, key, r.status, r.body)
+		}
+	}
+	for _, ok := range []string{`"` + strings.Repeat("k", 255) + `"`, "8e03978e-40d5-43e8-bc93-6894a57f9324", "*a:b/c", "1abc", `"with \"quotes\" and \\"`} {
+		if r := do(t, "POST", url+"/pay", "", "Idempotency-Key", ok, "X-User-ID", "u1"); r.status != 201 {
+			t.Errorf("valid key %q refused: %d %s", ok, r.status, r.body)
+		}
+	}
+	if r := do(t, "POST", url+"/pay", "", "X-User-ID", "u1"); r.status != 400 || r.errorCode() != "idempotency_key_missing" {
+		t.Errorf("missing key: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", url+"/optional", "", "X-User-ID", "u1"); r.status != 201 {
+		t.Errorf("optional key absent: %d %s", r.status, r.body)
+	}
+	req, _ := http.NewRequest("POST", url+"/json", strings.NewReader("amount=10"))
+	req.Header.Set("Idempotency-Key", "k")
+	req.Header.Set("X-User-ID", "u1")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("non-JSON body with a JSON fingerprint: %d", resp.StatusCode)
+	}
+	if keys, _ := in.rdb.Keys(context.Background(), "seckillguard:idem:*").Result(); len(keys) != 5 {
+		t.Errorf("records %d, want 5 (one per accepted key): refused requests must leave nothing", len(keys))
+	}
+}
+
+// The database backstop: the record id goes into a unique column of the row
+// the request creates, so a repeat that finds no Redis record (flushed,
+// failed over) is still refused, and answered with the first result.
+func TestIdempotent_DatabaseStillRefusesWhenTheRecordIsLost(t *testing.T) {
+	srv := testenv.Redis(t)
+	db, err := sql.Open("mysql", testenv.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, idem CHAR(32) NOT NULL, UNIQUE KEY uk_orders_idem (idem))"); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(withUser)
+		r.POST("/orders", g.Idempotent(guard.Scope("<ctx:user_id>")), func(c *gin.Context) {
+			runs.Add(1)
+			rec, _ := guard.IdempotencyRecord(c)
+			res, err := db.ExecContext(c.Request.Context(), "INSERT INTO orders (idem) VALUES (?)", rec)
+			var me *mysql.MySQLError
+			if errors.As(err, &me) && me.Number == 1062 {
+				var id int64
+				if err := db.QueryRowContext(c.Request.Context(), "SELECT id FROM orders WHERE idem = ?", rec).Scan(&id); err != nil {
+					c.JSON(500, gin.H{"error": err.Error()})
+					return
+				}
+				c.JSON(201, gin.H{"order": id})
+				return
+			}
+			if err != nil {
+				c.JSON(500, gin.H{"error": err.Error()})
+				return
+			}
+			id, _ := res.LastInsertId()
+			c.JSON(201, gin.H{"order": id})
+		})
+	})
+	h := []string{"Idempotency-Key", "order-7", "X-User-ID", "u1"}
+	first := do(t, "POST", in.srv.URL+"/orders", `{}`, h...)
+	keys, _ := in.rdb.Keys(context.Background(), "seckillguard:idem:*:r").Result()
+	in.rdb.Del(context.Background(), keys...) // the Redis record is lost
+	second := do(t, "POST", in.srv.URL+"/orders", `{}`, h...)
+	var n int
+	db.QueryRow("SELECT COUNT(*) FROM orders").Scan(&n)
+	if n != 1 || runs.Load() != 2 || string(first.body) != string(second.body) {
+		t.Fatalf("orders %d, runs %d, answers %s / %s: want one order and the same answer", n, runs.Load(), first.body, second.body)
+	}
+}

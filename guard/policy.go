@@ -1,0 +1,532 @@
+package guard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"gopkg.in/yaml.v3"
+
+	"github.com/seckillguard/seckillguard/ginmw"
+)
+
+// Policies are per-route settings loaded from one YAML file, so that a
+// service guards all its routes in one place:
+//
+//	defaults:              # apply to every route below
+//	  wait: 2s
+//	  fail: closed         # or open
+//	routes:
+//	  - route: POST /api/seckill/:sku     # method and path exactly as registered in gin
+//	    lock: "sku:<sku>"                 # key template
+//	    wait: 500ms
+//	  - route: POST /api/orders
+//	    idempotency:
+//	      scope: "<ctx:user_id>"
+//	      ttl: 24h
+//
+// Route and default keys: lock (a key template; the route takes the lock),
+// wait, lease, busy_status, busy_error, retry_after, fail (open|closed),
+// body_limit (bytes), long_hold, idempotency. Idempotency keys: scope (a
+// template) or unscoped: true, header, key (a template instead of the
+// header), required, fingerprint (auto|raw|json or a list of fields), ttl,
+// wait_for_first, store_server_errors, max_response, replay_headers.
+// Durations are Go durations ("500ms", "2s").
+type Policies struct {
+	name   string
+	routes []*RoutePolicy
+}
+
+// A RoutePolicy is the policy of one route.
+type RoutePolicy struct {
+	Method string // "POST"
+	Path   string // "/api/seckill/:sku", as registered in gin
+	Line   int    // where the route is defined in the file
+
+	lock *ginmw.Template
+	idem bool
+	opts []RouteOption
+}
+
+// Routes returns the route policies in file order.
+func (p *Policies) Routes() []*RoutePolicy { return append([]*RoutePolicy(nil), p.routes...) }
+
+// LoadPolicies reads a policy file. Its errors name the file and the line:
+// unknown fields, bad durations, bad templates, invalid values and routes
+// defined twice are all refused.
+func LoadPolicies(path string) (*Policies, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("guard: policies: %w", err)
+	}
+	return ParsePolicies(path, data)
+}
+
+// ParsePolicies is LoadPolicies for policies already in memory (an embedded
+// file); name is used in errors.
+func ParsePolicies(name string, data []byte) (*Policies, error) {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("guard: %s: empty policy file", name)
+		}
+		return nil, fmt.Errorf("guard: %s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	// Unknown fields are refused everywhere; yaml.v3's own check does not
+	// reach into values with custom decoders.
+	if err := checkKnown(&doc, reflect.TypeOf(policyFile{})); err != nil {
+		return nil, fmt.Errorf("guard: %s: %w", name, err)
+	}
+	var f policyFile
+	if err := doc.Decode(&f); err != nil {
+		return nil, fmt.Errorf("guard: %s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	p := &Policies{name: name}
+	seen := make(map[string]int)
+	for _, rs := range f.Routes {
+		if rs.Route.value == "" {
+			return nil, fmt.Errorf("guard: %s: line %d: a route entry needs \"route: METHOD /path\"", name, rs.line)
+		}
+		if prev, dup := seen[rs.Route.value]; dup {
+			return nil, fmt.Errorf("guard: %s: line %d: route %q is already defined at line %d", name, rs.Route.line, rs.Route.value, prev)
+		}
+		seen[rs.Route.value] = rs.Route.line
+		rp, err := rs.policy(&f.Defaults)
+		if err != nil {
+			return nil, fmt.Errorf("guard: %s: %w", name, err)
+		}
+		p.routes = append(p.routes, rp)
+	}
+	return p, nil
+}
+
+// Unmatched returns the policies that name no route of routes (r.Routes()),
+// as "METHOD /path (line N)": usually a typo, or a route renamed in code.
+func (p *Policies) Unmatched(routes gin.RoutesInfo) []string {
+	have := make(map[string]bool, len(routes))
+	for _, r := range routes {
+		have[r.Method+" "+r.Path] = true
+	}
+	var out []string
+	for _, rp := range p.routes {
+		if !have[rp.Method+" "+rp.Path] {
+			out = append(out, fmt.Sprintf("%s %s (line %d)", rp.Method, rp.Path, rp.Line))
+		}
+	}
+	return out
+}
+
+// Policies returns router-level middleware (r.Use) that applies p: a request
+// whose route has a policy runs its idempotency and then its lock, in that
+// order, around the rest of the chain; other requests pass untouched. It
+// panics when p is nil or a policy's options are invalid.
+func (g *Guard) Policies(p *Policies) gin.HandlerFunc {
+	mustf(p != nil, "Policies(nil)")
+	byMethod := make(map[string]map[string]step)
+	for _, rp := range p.routes {
+		r := g.route(rp.opts)
+		var s step
+		if rp.lock != nil {
+			s = g.lockStep(rp.lock, r)
+		}
+		if rp.idem {
+			is := g.idempotentStep(r)
+			if inner := s; inner != nil {
+				s = func(c *gin.Context, next func()) { is(c, func() { inner(c, next) }) }
+			} else {
+				s = is
+			}
+		}
+		if s == nil {
+			continue
+		}
+		if byMethod[rp.Method] == nil {
+			byMethod[rp.Method] = make(map[string]step)
+		}
+		byMethod[rp.Method][rp.Path] = s
+	}
+	return func(c *gin.Context) {
+		if s := byMethod[c.Request.Method][c.FullPath()]; s != nil {
+			s(c, c.Next)
+		}
+	}
+}
+
+// The file's shape.
+
+type policyFile struct {
+	Defaults settings    `yaml:"defaults"`
+	Routes   []routeSpec `yaml:"routes"`
+}
+
+type routeSpec struct {
+	Route    located[string] `yaml:"route"`
+	settings `yaml:",inline"`
+	line     int
+}
+
+// UnmarshalYAML records the entry's line.
+func (rs *routeSpec) UnmarshalYAML(n *yaml.Node) error {
+	type plain routeSpec
+	if err := n.Decode((*plain)(rs)); err != nil {
+		return err
+	}
+	rs.line = n.Line
+	return nil
+}
+
+type settings struct {
+	Lock        *located[string]        `yaml:"lock"`
+	Wait        *located[time.Duration] `yaml:"wait"`
+	Lease       *located[time.Duration] `yaml:"lease"`
+	BusyStatus  *located[int]           `yaml:"busy_status"`
+	BusyError   *located[string]        `yaml:"busy_error"`
+	RetryAfter  *located[time.Duration] `yaml:"retry_after"`
+	Fail        *located[string]        `yaml:"fail"`
+	BodyLimit   *located[int64]         `yaml:"body_limit"`
+	LongHold    *located[time.Duration] `yaml:"long_hold"`
+	Idempotency *idemSpec               `yaml:"idempotency"`
+}
+
+type idemSpec struct {
+	Scope             *located[string]        `yaml:"scope"`
+	Unscoped          *located[bool]          `yaml:"unscoped"`
+	Header            *located[string]        `yaml:"header"`
+	Key               *located[string]        `yaml:"key"`
+	Required          *located[bool]          `yaml:"required"`
+	Fingerprint       *located[[]string]      `yaml:"fingerprint"`
+	TTL               *located[time.Duration] `yaml:"ttl"`
+	WaitForFirst      *located[time.Duration] `yaml:"wait_for_first"`
+	StoreServerErrors *located[bool]          `yaml:"store_server_errors"`
+	MaxResponse       *located[int]           `yaml:"max_response"`
+	ReplayHeaders     *located[[]string]      `yaml:"replay_headers"`
+	line              int
+}
+
+// UnmarshalYAML records the block's line.
+func (s *idemSpec) UnmarshalYAML(n *yaml.Node) error {
+	type plain idemSpec
+	if err := n.Decode((*plain)(s)); err != nil {
+		return err
+	}
+	s.line = n.Line
+	return nil
+}
+
+// located is a value and the line it came from.
+type located[T any] struct {
+	value T
+	line  int
+}
+
+// UnmarshalYAML decodes the value: durations as Go durations, a fingerprint
+// given as one word or as a list.
+func (l *located[T]) UnmarshalYAML(n *yaml.Node) error {
+	l.line = n.Line
+	switch p := any(&l.value).(type) {
+	case *time.Duration:
+		var s string
+		if err := n.Decode(&s); err != nil {
+			return fmt.Errorf("line %d: want a duration such as \"500ms\" or \"2s\"", n.Line)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("line %d: bad duration %q: want a Go duration such as \"500ms\" or \"2s\"", n.Line, s)
+		}
+		*p = d
+		return nil
+	case *[]string:
+		if n.Kind == yaml.ScalarNode {
+			var s string
+			if err := n.Decode(&s); err != nil {
+				return fmt.Errorf("line %d: %v", n.Line, err)
+			}
+			*p = []string{s}
+			return nil
+		}
+	}
+	if err := n.Decode(&l.value); err != nil {
+		return fmt.Errorf("line %d: %s", n.Line, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return nil
+}
+
+// policy turns an entry, over the file's defaults, into a RoutePolicy,
+// checking every value.
+func (rs *routeSpec) policy(defaults *settings) (*RoutePolicy, error) {
+	method, path, ok := strings.Cut(strings.TrimSpace(rs.Route.value), " ")
+	path = strings.TrimSpace(path)
+	if !ok || !validMethod(method) || !strings.HasPrefix(path, "/") {
+		return nil, fmt.Errorf("line %d: route %q: want \"METHOD /path\" as registered in gin, e.g. \"POST /api/seckill/:sku\"", rs.Route.line, rs.Route.value)
+	}
+	rp := &RoutePolicy{Method: method, Path: path, Line: rs.Route.line}
+	for _, s := range []*settings{defaults, &rs.settings} {
+		if err := s.apply(rp); err != nil {
+			return nil, err
+		}
+	}
+	if rp.lock == nil && !rp.idem {
+		return nil, fmt.Errorf("line %d: route %q has neither lock nor idempotency", rs.Route.line, rs.Route.value)
+	}
+	return rp, nil
+}
+
+func validMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// apply adds the options s sets to rp, turning the option constructors'
+// panics into errors that name the line.
+func (s *settings) apply(rp *RoutePolicy) (err error) {
+	line := 0
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("line %d: %v", line, r)
+		}
+	}()
+	add := func(_ int, o RouteOption) { rp.opts = append(rp.opts, o) }
+	if s.Lock != nil {
+		line = s.Lock.line
+		t, terr := ginmw.ParseTemplate(s.Lock.value)
+		if terr == nil {
+			terr = t.CheckRoute(rp.Path)
+		}
+		if terr != nil {
+			return fmt.Errorf("line %d: lock: %w", line, terr)
+		}
+		rp.lock = t
+	}
+	if v := s.Wait; v != nil {
+		line = v.line
+		add(line, Wait(v.value))
+	}
+	if v := s.Lease; v != nil {
+		line = v.line
+		if v.value != 0 { // 0: the watchdog (the default)
+			add(line, Lease(v.value))
+		}
+	}
+	if s.BusyStatus != nil || s.BusyError != nil {
+		status, code := http.StatusTooManyRequests, "busy"
+		if v := s.BusyStatus; v != nil {
+			line, status = v.line, v.value
+		}
+		if v := s.BusyError; v != nil {
+			line, code = v.line, v.value
+		}
+		add(line, Busy(status, code))
+	}
+	if v := s.RetryAfter; v != nil {
+		line = v.line
+		add(line, RetryAfter(v.value))
+	}
+	if v := s.Fail; v != nil {
+		line = v.line
+		switch v.value {
+		case "open":
+			add(line, FailOpen())
+		case "closed":
+			add(line, func(r *route) { r.failOpen = false })
+		default:
+			return fmt.Errorf("line %d: fail: %q, want open or closed", line, v.value)
+		}
+	}
+	if v := s.BodyLimit; v != nil {
+		line = v.line
+		add(line, BodyLimit(v.value))
+	}
+	if v := s.LongHold; v != nil {
+		line = v.line
+		add(line, LongHold(v.value))
+	}
+	if s.Idempotency != nil {
+		line = s.Idempotency.line
+		if err := s.Idempotency.apply(rp, &line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (is *idemSpec) apply(rp *RoutePolicy, line *int) error {
+	rp.idem = true
+	add := func(o RouteOption) { rp.opts = append(rp.opts, o) }
+	template := func(v *located[string], what string) error {
+		*line = v.line
+		t, err := ginmw.ParseTemplate(v.value)
+		if err == nil {
+			err = t.CheckRoute(rp.Path)
+		}
+		if err != nil {
+			return fmt.Errorf("line %d: idempotency %s: %w", v.line, what, err)
+		}
+		return nil
+	}
+	if v := is.Scope; v != nil {
+		if err := template(v, "scope"); err != nil {
+			return err
+		}
+		add(Scope(v.value))
+	}
+	if v := is.Unscoped; v != nil && v.value {
+		*line = v.line
+		add(Unscoped())
+	}
+	if v := is.Header; v != nil {
+		*line = v.line
+		add(IdempotencyHeader(v.value))
+	}
+	if v := is.Key; v != nil {
+		if err := template(v, "key"); err != nil {
+			return err
+		}
+		add(IdempotencyKey(v.value))
+	}
+	if v := is.Required; v != nil {
+		*line = v.line
+		if !v.value {
+			add(OptionalKey())
+		} else {
+			add(func(r *route) { r.idem.required = true })
+		}
+	}
+	if v := is.Fingerprint; v != nil {
+		*line = v.line
+		fp, err := parseFingerprint(v.value)
+		if err != nil {
+			return fmt.Errorf("line %d: idempotency fingerprint: %w", v.line, err)
+		}
+		add(UseFingerprint(fp))
+	}
+	if v := is.TTL; v != nil {
+		*line = v.line
+		add(RecordTTL(v.value))
+	}
+	if v := is.WaitForFirst; v != nil {
+		*line = v.line
+		add(WaitForFirst(v.value))
+	}
+	if v := is.StoreServerErrors; v != nil && v.value {
+		*line = v.line
+		add(StoreServerErrors())
+	}
+	if v := is.MaxResponse; v != nil {
+		*line = v.line
+		add(MaxResponse(v.value))
+	}
+	if v := is.ReplayHeaders; v != nil {
+		*line = v.line
+		add(ReplayHeaders(v.value...))
+	}
+	if is.Scope == nil && (is.Unscoped == nil || !is.Unscoped.value) {
+		return fmt.Errorf("line %d: idempotency needs a scope (e.g. scope: \"<ctx:user_id>\") or unscoped: true", is.line)
+	}
+	return nil
+}
+
+func parseFingerprint(words []string) (Fingerprint, error) {
+	if len(words) == 1 {
+		switch words[0] {
+		case "auto":
+			return FingerprintAuto, nil
+		case "raw":
+			return FingerprintRaw, nil
+		case "json":
+			return FingerprintJSON, nil
+		}
+	}
+	if len(words) == 0 {
+		return Fingerprint{}, errors.New("empty")
+	}
+	for _, w := range words {
+		if w == "" || strings.HasPrefix(w, ".") || strings.HasSuffix(w, ".") || strings.Contains(w, "..") {
+			return Fingerprint{}, fmt.Errorf("%q: want auto, raw, json or a list of dotted field paths", w)
+		}
+	}
+	sorted := append([]string(nil), words...)
+	sort.Strings(sorted)
+	return FingerprintFields(sorted...), nil
+}
+
+// checkKnown refuses mapping keys that name no field of t (by yaml tag,
+// inline structs included), anywhere in n.
+func checkKnown(n *yaml.Node, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.DocumentNode {
+		for _, c := range n.Content {
+			if err := checkKnown(c, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Slice:
+		if n.Kind == yaml.SequenceNode {
+			for _, c := range n.Content {
+				if err := checkKnown(c, t.Elem()); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case reflect.Struct:
+		if strings.HasPrefix(t.Name(), "located[") {
+			return nil // a value, decoded and checked by located.UnmarshalYAML
+		}
+	default:
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: want a mapping of fields", n.Line)
+	}
+	fields := make(map[string]reflect.Type)
+	var collect func(reflect.Type)
+	collect = func(t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := f.Tag.Get("yaml")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			name, opt, _ := strings.Cut(tag, ",")
+			if opt == "inline" {
+				collect(f.Type)
+				continue
+			}
+			fields[name] = f.Type
+		}
+	}
+	collect(t)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ft, ok := fields[k.Value]
+		if !ok {
+			known := make([]string, 0, len(fields))
+			for name := range fields {
+				known = append(known, name)
+			}
+			sort.Strings(known)
+			return fmt.Errorf("line %d: unknown field %q (known: %s)", k.Line, k.Value, strings.Join(known, ", "))
+		}
+		if err := checkKnown(v, ft); err != nil {
+			return err
+		}
+	}
+	return nil
+}

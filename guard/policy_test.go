@@ -1,0 +1,146 @@
+package guard_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/seckillguard/seckillguard/guard"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+)
+
+func TestPolicies_FileDrivesThreeBehaviours(t *testing.T) {
+	pol, err := guard.LoadPolicies("testdata/guard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Redis(t)
+	release := make(chan struct{})
+	var pays, orders atomic.Int32
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(withUser, g.Policies(pol))
+		r.POST("/api/seckill/:sku", func(c *gin.Context) {
+			if c.Query("hold") != "" {
+				<-release
+			}
+			c.JSON(200, gin.H{"key": guard.Key(c)})
+		})
+		r.POST("/api/pay", func(c *gin.Context) { c.Header("Location", "/p/1"); c.JSON(201, gin.H{"n": pays.Add(1)}) })
+		r.POST("/api/orders/:order", func(c *gin.Context) { c.JSON(201, gin.H{"n": orders.Add(1), "key": guard.Key(c)}) })
+		r.GET("/free", func(c *gin.Context) { c.String(200, "untouched") })
+		if left := pol.Unmatched(r.Routes()); len(left) != 0 {
+			t.Errorf("policies without a route: %v", left)
+		}
+	})
+	url := in.srv.URL
+
+	// 1. The lock, with its fast busy answer and custom code.
+	held := make(chan reply)
+	go func() { held <- do(t, "POST", url+"/api/seckill/s1?hold=1", "") }()
+	eventually(t, func() bool { n, _ := in.rdb.Exists(context.Background(), "sku:s1").Result(); return n == 1 })
+	start := time.Now()
+	if r := do(t, "POST", url+"/api/seckill/s1", ""); r.status != 429 || r.errorCode() != "sold_out_or_busy" || time.Since(start) > time.Second {
+		t.Errorf("seckill busy: %d %s after %v", r.status, r.body, time.Since(start))
+	}
+	close(release)
+	if r := <-held; r.status != 200 || !strings.Contains(string(r.body), "sku:s1") {
+		t.Errorf("seckill: %d %s", r.status, r.body)
+	}
+
+	// 2. Idempotency with a header key and replayed headers.
+	h := []string{"Idempotency-Key", "p-1", "X-User-ID", "u1"}
+	a, b := do(t, "POST", url+"/api/pay", `{}`, h...), do(t, "POST", url+"/api/pay", `{}`, h...)
+	if pays.Load() != 1 || b.header.Get("Location") != "/p/1" || b.header.Get("Idempotent-Replayed") != "true" || string(a.body) != string(b.body) {
+		t.Errorf("pay: runs %d, replay %d %v %s", pays.Load(), b.status, b.header, b.body)
+	}
+
+	// 3. Both: a key from the body, then the lock.
+	for i := 0; i < 2; i++ {
+		if r := do(t, "POST", url+"/api/orders/o9", `{"nonce":"n1"}`, "X-User-ID", "u2"); r.status != 201 || !strings.Contains(string(r.body), `"key":"order:o9"`) {
+			t.Errorf("orders %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if orders.Load() != 1 {
+		t.Errorf("orders ran %d times for one body key", orders.Load())
+	}
+	if r := do(t, "GET", url+"/free", ""); r.status != 200 {
+		t.Errorf("a route without a policy: %d", r.status)
+	}
+}
+
+func TestPolicies_BadFilesNameTheLine(t *testing.T) {
+	cases := map[string]struct{ yaml, want string }{
+		"unknown field":             {"routes:\n  - route: POST /a\n    lock: x\n    wiat: 2s\n", `line 4: unknown field "wiat"`},
+		"unknown idempotency field": {"routes:\n  - route: POST /a\n    idempotency:\n      scope: x\n      ttl2: 1h\n", `line 5: unknown field "ttl2"`},
+		"unknown default":           {"defaults:\n  busy: 1\nroutes: []\n", `line 2: unknown field "busy"`},
+		"bad duration":              {"routes:\n  - route: POST /a\n    lock: x\n    wait: 2 seconds\n", `line 4: bad duration "2 seconds"`},
+		"negative wait":             {"routes:\n  - route: POST /a\n    lock: x\n    wait: -1s\n", "line 4: guard: Wait(-1s)"},
+		"bad template":              {"routes:\n  - route: POST /a\n    lock: \"sku:<id\"\n", `line 3: lock: ginmw: template "sku:<id" column 5`},
+		"path field not in route":   {"routes:\n  - route: POST /a/:id\n    lock: \"sku:<path:sku>\"\n", "line 3: lock: ginmw:"},
+		"bad scope":                 {"routes:\n  - route: POST /a\n    idempotency:\n      scope: \"<ctx:>\"\n", "line 4: idempotency scope: ginmw: template"},
+		"duplicate route":           {"routes:\n  - route: POST /a\n    lock: x\n  - route: POST /a\n    lock: y\n", `line 4: route "POST /a" is already defined at line 2`},
+		"bad route":                 {"routes:\n  - route: /a\n    lock: x\n", `line 2: route "/a": want "METHOD /path"`},
+		"lower method":              {"routes:\n  - route: post /a\n    lock: x\n", `line 2: route "post /a"`},
+		"nothing to do":             {"routes:\n  - route: GET /a\n    wait: 1s\n", "line 2: route \"GET /a\" has neither lock nor idempotency"},
+		"bad fail":                  {"routes:\n  - route: POST /a\n    lock: x\n    fail: maybe\n", `line 4: fail: "maybe", want open or closed`},
+		"no scope":                  {"routes:\n  - route: POST /a\n    idempotency:\n      ttl: 1h\n", "line 4: idempotency needs a scope"},
+		"bad status":                {"routes:\n  - route: POST /a\n    lock: x\n    busy_status: 200\n", "line 4: guard: Busy(200"},
+		"wrong type":                {"routes:\n  - route: POST /a\n    lock: x\n    body_limit: lots\n", "line 4:"},
+		"not a list":                {"routes:\n  route: POST /a\n", "line 2:"},
+		"not yaml":                  {"routes: [\n", "guard: t.yaml:"},
+		"empty":                     {"", "empty policy file"},
+		"bad fingerprint":           {"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      fingerprint: [\"a..b\"]\n", "line 5: idempotency fingerprint"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := guard.ParsePolicies("t.yaml", []byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "guard: t.yaml: ") {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := guard.LoadPolicies("testdata/missing.yaml"); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestPolicies_UnmatchedNamesTheLine(t *testing.T) {
+	pol, err := guard.ParsePolicies("p.yaml", []byte("routes:\n  - route: POST /a/:id\n    lock: a\n  - route: POST /typo\n    lock: b\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gin.New()
+	r.POST("/a/:id", func(*gin.Context) {})
+	if got := pol.Unmatched(r.Routes()); len(got) != 1 || got[0] != "POST /typo (line 4)" {
+		t.Fatalf("Unmatched = %v", got)
+	}
+}
+
+func FuzzParsePolicies(f *testing.F) {
+	for _, s := range []string{
+		"routes:\n  - route: POST /a\n    lock: \"sku:<id>\"\n    wait: 1s\n",
+		"defaults:\n  fail: open\nroutes:\n  - route: GET /x\n    idempotency:\n      scope: \"<ctx:u>\"\n      fingerprint: [a, b.c]\n",
+		"routes: [{route: 'PUT /y', lock: '{t}:<path:id>', lease: 5s, busy_status: 503}]",
+		"&a [*a]", "routes:\n  - !!binary x\n", "\t\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := guard.ParsePolicies("f.yaml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "guard: f.yaml: ") {
+				t.Fatalf("error without the file name: %v", err)
+			}
+			return
+		}
+		for _, rp := range p.Routes() {
+			if rp.Method == "" || !strings.HasPrefix(rp.Path, "/") || rp.Line <= 0 {
+				t.Fatalf("accepted route %+v", rp)
+			}
+		}
+	})
+}

@@ -1,0 +1,15 @@
+-- idem_begin.lua: the first step of an idempotent request, run while holding
+-- the request's in-progress lock. Returns the completed record when the key
+-- was completed meanwhile; otherwise marks the key in progress (with the
+-- request's fingerprint, so that a concurrent request with another payload
+-- can be told apart) and returns nil.
+--
+-- KEYS[1]  the record: "c" .. JSON when completed, "p" .. fingerprint while in progress
+-- ARGV[1]  the in-progress marker ("p" .. fingerprint)
+-- ARGV[2]  its time to live in milliseconds
+local v = redis.call('get', KEYS[1])
+if v and string.sub(v, 1, 1) == 'c' then
+  return v
+end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false

@@ -78,7 +78,7 @@ func dropOrphans(db *sql.DB) {
 			continue
 		}
 		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			_, _ = db.Exec("DROP DATABASE IF EXISTS `" + n + "`")
+			drop(db, n)
 		}
 	}
 }
@@ -96,10 +96,31 @@ func MySQL(t testing.TB) string {
 	if _, err := db.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
 		t.Fatalf("testenv: create database %s: %v", name, err)
 	}
-	t.Cleanup(func() { _, _ = db.Exec("DROP DATABASE IF EXISTS `" + name + "`") })
+	t.Cleanup(func() { drop(db, name) })
 	cfg, _, _ := serverDSN()
 	cfg = cfg.Clone()
 	cfg.DBName = name
 	cfg.ParseTime = true
 	return cfg.FormatDSN()
+}
+
+// drop removes a test database. Connections still using it (a test that
+// failed with a transaction open) are killed first, or DROP DATABASE would
+// wait for their metadata locks until the test binary times out.
+func drop(db *sql.DB, name string) {
+	rows, err := db.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?", name)
+	if err == nil {
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if rows.Scan(&id) == nil {
+				ids = append(ids, id)
+			}
+		}
+		rows.Close()
+		for _, id := range ids {
+			_, _ = db.Exec("KILL CONNECTION " + strconv.FormatInt(id, 10))
+		}
+	}
+	_, _ = db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
 }

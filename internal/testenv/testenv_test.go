@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 func TestRedis_StartsKillsAndRestartsEmpty(t *testing.T) {
@@ -32,4 +34,36 @@ func TestMySQL_GivesEachTestItsOwnDatabase(t *testing.T) {
 	if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestMySQL_DropsADatabaseWithAnOpenTransaction(t *testing.T) {
+	var dsn string
+	t.Run("leaks a transaction", func(t *testing.T) {
+		dsn = MySQL(t)
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closed by nobody: the cleanup must still drop the database.
+		if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec("INSERT INTO t VALUES (1)"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	admin, _ := admin()
+	var n int
+	if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", dbName(dsn)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("database still there (%d, %v)", n, err)
+	}
+}
+
+func dbName(dsn string) string {
+	cfg, _ := mysql.ParseDSN(dsn)
+	return cfg.DBName
 }

@@ -470,13 +470,25 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 	if h.levels == 0 {
 		return wrap(h.name, ErrNotHeld)
 	}
-	final := h.levels == 1
-	renewed := false
-	if final {
-		// No renewal may be sent after the final release.
-		renewed = c.dog.remove(&h.renewal)
-	}
+	renewed := c.releasing(h)
 	left, err := h.kind.release(context.WithoutCancel(ctx), h)
+	return c.settle(h, renewed, left, err)
+}
+
+// releasing prepares the release of one level of h: before the final one,
+// the watchdog stops renewing it (no renewal may follow the final release).
+// It reports whether h was being renewed.
+func (c *Client) releasing(h *hold) bool {
+	if h.levels == 1 {
+		return c.dog.remove(&h.renewal)
+	}
+	return false
+}
+
+// settle records the outcome of releasing one level of h: the levels Redis
+// has left, or the error of the call. renewed is what releasing returned.
+func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
+	final := h.levels == 1
 	if err != nil {
 		if final && renewed {
 			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))

@@ -1,0 +1,595 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/fencing"
+)
+
+// A MultiLock holds several locks as one: "stock and balance together, or
+// not at all". Its locks are plain Mutex locks of the given names (Redisson's
+// RLock layout), so a MultiLock excludes, and re-enters, the Mutex of each
+// of its names.
+//
+// All or none: Lock returns with every lock held, or with none of them held
+// by this call. When all names live on one node (a single Redis or Sentinel
+// deployment, or one Cluster slot, which hash tags such as "{order:7}:stock"
+// and "{order:7}:balance" arrange) the whole set is taken and released by one
+// script, so nobody ever observes part of it held. Across Cluster slots the
+// set is taken slot by slot in one global order (by slot, then by key) that
+// every MultiLock follows whatever order its names were given in, so two
+// MultiLocks over the same names never deadlock; while it waits for a later
+// slot it holds the earlier ones, and when it gives up (TryLock's wait, its
+// context, an error) it releases them.
+//
+// The context Lock returns carries one fencing token that is valid for every
+// lock of the set: it is above every token issued before for any of them,
+// and each lock's counter is raised to it, so every later token of any of
+// them is above it. It is cancelled with cause ErrLost as soon as any of the
+// locks is lost.
+//
+// A MultiLock is reentrant through its context like a Mutex. Names that
+// appear twice are locked once. A MultiLock does no I/O until used and may
+// be copied freely.
+type MultiLock struct {
+	c        *Client
+	label    string     // the names as given, for errors
+	locks    []*Mutex   // in the global order, without duplicates
+	groups   [][]*Mutex // locks that share a hash slot (one group unless Cluster)
+	id       string     // the set's identity in contexts
+	checkErr error
+}
+
+// multiKey is the context key of a MultiLock's hold.
+type multiKey struct {
+	c  *Client
+	id string
+}
+
+// A multiHold is one acquisition of a MultiLock and its re-entries.
+type multiHold struct {
+	// Guarded by the semaphores of the member holds.
+	levels int
+	done   map[string]bool // locks an Unlock in progress has released already (it failed on others)
+
+	token  fencing.Token
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stops  []func() bool
+}
+
+// MultiLock returns the lock over all the names. It does no I/O; no names or
+// an invalid name is reported by the first operation (ErrInvalid).
+func (c *Client) MultiLock(names ...string) *MultiLock {
+	ml := &MultiLock{c: c, label: strings.Join(names, ", ")}
+	switch {
+	case c == nil:
+		ml.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
+		return ml
+	case len(names) == 0:
+		ml.checkErr = fmt.Errorf("%w: a MultiLock needs at least one lock name", ErrInvalid)
+		return ml
+	}
+	seen := make(map[string]bool)
+	for _, n := range names {
+		m := newMutex(c, n)
+		if m.checkErr != nil {
+			ml.checkErr = m.checkErr
+			return ml
+		}
+		if !seen[m.key] {
+			seen[m.key] = true
+			ml.locks = append(ml.locks, m)
+		}
+	}
+	sort.Slice(ml.locks, func(i, j int) bool {
+		si, sj := slot(ml.locks[i].key), slot(ml.locks[j].key)
+		if si != sj {
+			return si < sj
+		}
+		return ml.locks[i].key < ml.locks[j].key
+	})
+	keys := make([]string, len(ml.locks))
+	for i, m := range ml.locks {
+		keys[i] = m.key
+		if i == 0 || (c.cluster && slot(m.key) != slot(ml.locks[i-1].key)) {
+			ml.groups = append(ml.groups, nil)
+		}
+		ml.groups[len(ml.groups)-1] = append(ml.groups[len(ml.groups)-1], m)
+	}
+	ml.id = strings.Join(keys, "\x00")
+	return ml
+}
+
+// Names returns the names of the locks in the order they are taken.
+func (ml *MultiLock) Names() []string {
+	if ml == nil {
+		return nil
+	}
+	out := make([]string, len(ml.locks))
+	for i, m := range ml.locks {
+		out[i] = m.name
+	}
+	return out
+}
+
+func (ml *MultiLock) usable() error {
+	if ml == nil {
+		return fmt.Errorf("%w: nil multilock", ErrInvalid)
+	}
+	if ml.checkErr != nil {
+		return wrap(ml.label, ml.checkErr)
+	}
+	if err := ml.c.usable(); err != nil {
+		return wrap(ml.label, err)
+	}
+	return nil
+}
+
+// Lock acquires every lock of the set, waiting as long as it takes or until
+// ctx ends, and returns the context that holds them (see Mutex.Lock). If ctx
+// holds the MultiLock already, Lock re-enters each of its locks.
+func (ml *MultiLock) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return ml.acquire(ctx, -1, opts)
+}
+
+// TryLock is Lock with a bounded wait: after wait it releases whatever it
+// took and returns ErrNotAcquired. wait 0 makes one attempt per slot; a
+// negative wait is an error (ErrInvalid).
+func (ml *MultiLock) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
+	if wait < 0 {
+		label := ""
+		if ml != nil {
+			label = ml.label
+		}
+		return ctx, wrap(label, fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	}
+	return ml.acquire(ctx, wait, opts)
+}
+
+// switchTo is what an attempt returns when a lock on another channel than
+// the one waited on blocks it: the wait moves to that channel.
+type switchTo struct{ channel string }
+
+func (s *switchTo) Error() string { return "wait on " + s.channel }
+
+func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if err := ml.usable(); err != nil {
+		return ctx, err
+	}
+	c := ml.c
+	if ctx == nil {
+		return ctx, wrap(ml.label, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	lo := c.lockOptions(opts)
+	if lo.err != nil {
+		return ctx, wrap(ml.label, lo.err)
+	}
+	if ctx.Err() != nil {
+		return ctx, ctxErr(ml.label, ctx)
+	}
+	owner, known := c.owner(ctx)
+	if !known {
+		owner = c.owners.Add(1)
+	}
+	holds := make([]*hold, len(ml.locks))
+	for i, m := range ml.locks {
+		holds[i] = c.ref(holdID{m.key, exclusive, owner}, m.name)
+	}
+	defer func() {
+		for _, h := range holds {
+			c.unref(h)
+		}
+	}()
+	// The semaphores are taken in the global order too: two MultiLocks of
+	// one owner cannot deadlock here either.
+	for i, h := range holds {
+		if h.enter(ctx) != nil {
+			for _, e := range holds[:i] {
+				e.leave()
+			}
+			return ctx, ctxErr(ml.label, ctx)
+		}
+	}
+	defer func() {
+		for _, h := range holds {
+			h.leave()
+		}
+	}()
+	for _, h := range holds {
+		if h.levels > 0 && c.isLost(h) {
+			return ctx, lostHold(h)
+		}
+	}
+
+	byKey := make(map[string]*hold, len(holds))
+	var floor fencing.Token
+	for i, h := range holds {
+		byKey[ml.locks[i].key] = h
+		if h.levels == 0 {
+			h.kind = ml.locks[i]
+			h.fixed = lo.lease > 0
+			h.lease = c.opts.watchdogTimeout
+			if h.fixed {
+				h.lease = lo.lease
+			}
+		} else {
+			floor = max(floor, h.token)
+		}
+	}
+
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	tokens := make([]fencing.Token, len(ml.groups))
+	starts := make([]time.Time, len(ml.groups))
+	for gi, g := range ml.groups {
+		gh := make([]*hold, len(g))
+		for i, m := range g {
+			gh[i] = byKey[m.key]
+		}
+		try := func(ctx context.Context) (bool, time.Duration, error) {
+			starts[gi] = time.Now()
+			ok, retry, t, err := ml.attempt(ctx, g, gh, floor, lo.ack)
+			if ok {
+				tokens[gi] = t
+				floor = max(floor, t)
+			}
+			return ok, retry, err
+		}
+		if err := ml.waitGroup(ctx, g, wait, deadline, try); err != nil {
+			ml.rollback(ctx, ml.groups[:gi], byKey)
+			return ctx, err
+		}
+	}
+
+	// Raise the counters of the slots taken before the last token.
+	if len(ml.groups) > 1 {
+		if err := ml.raise(ctx, tokens, floor); err != nil {
+			ml.rollback(ctx, ml.groups, byKey)
+			if ctx.Err() != nil {
+				return ctx, ctxErr(ml.label, ctx)
+			}
+			return ctx, wrap(ml.label, err)
+		}
+	}
+
+	for gi, g := range ml.groups {
+		for _, m := range g {
+			h := byKey[m.key]
+			if h.levels > 0 {
+				h.levels++
+				continue
+			}
+			h.token = tokens[gi]
+			c.establish(ctx, h, !known, starts[gi])
+		}
+	}
+	return ml.enter(ctx, holds, owner, !known, floor), nil
+}
+
+// attempt tries to take the locks g (one hash slot) once, all or none.
+func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor fencing.Token, ack replicaAck) (bool, time.Duration, fencing.Token, error) {
+	c := ml.c
+	keys := make([]string, 0, 2*len(g))
+	args := make([]any, 0, 1+3*len(g))
+	args = append(args, int64(floor))
+	for i, m := range g {
+		h := gh[i]
+		lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
+		if h.levels > 0 && h.fixed {
+			lease = "0" // a fixed lease keeps its deadline
+		}
+		keys = append(keys, m.keys...)
+		args = append(args, h.field, h.levels, lease)
+	}
+	var via redis.Scripter = c.rdb
+	var conn *redis.Conn
+	if ack.replicas > 0 {
+		var err error
+		if conn, err = c.conn(ctx, g[0].key); err != nil {
+			return false, 0, 0, ml.failed(ctx, err)
+		}
+		defer conn.Close()
+		via = conn
+	}
+	vals, err := multiAcquireScript.Run(ctx, via, keys, args...).Int64Slice()
+	if err != nil {
+		if outcomeUnknown(err) {
+			ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh))
+		}
+		return false, 0, 0, ml.failed(ctx, err)
+	}
+	if len(vals) >= 2 {
+		switch vals[0] {
+		case 1:
+			if conn != nil {
+				if err := c.confirmReplicas(ctx, conn, ack); err != nil {
+					ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh))
+					return false, 0, 0, ml.failed(ctx, err)
+				}
+			}
+			return true, 0, fencing.Token(vals[1]), nil
+		case 0:
+			if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
+				return false, retryAfter(c, vals[1]), 0, &switchTo{g[vals[2]-1].unlockCh}
+			}
+		case -1:
+			if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
+				h := gh[vals[2]-1]
+				if c.lose(h) {
+					h.end(lostError(h.name, "its hold was gone when a MultiLock re-entered it"))
+				}
+				return false, 0, 0, lostHold(h)
+			}
+		}
+	}
+	return false, 0, 0, wrap(ml.label, fmt.Errorf("unexpected reply %v from the multi acquire script", vals))
+}
+
+func (ml *MultiLock) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctxErr(ml.label, ctx)
+	}
+	return wrap(ml.label, err)
+}
+
+func holdsByKey(g []*Mutex, gh []*hold) map[string]*hold {
+	out := make(map[string]*hold, len(g))
+	for i, m := range g {
+		out[m.key] = gh[i]
+	}
+	return out
+}
+
+// waitGroup runs try until it takes the group g, waiting on the unlock
+// channel of whichever lock of g blocks it.
+func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Duration, deadline time.Time, try attempt) error {
+	c := ml.c
+	channel := g[0].unlockCh
+	run := func(ctx context.Context) (bool, time.Duration, error) {
+		ok, retry, err := try(ctx)
+		var sw *switchTo
+		if errors.As(err, &sw) {
+			if sw.channel == channel {
+				return false, retry, nil
+			}
+		}
+		return ok, retry, err
+	}
+	for {
+		left := wait
+		if wait > 0 {
+			if left = time.Until(deadline); left <= 0 {
+				return wrap(ml.label, ErrNotAcquired)
+			}
+		}
+		err := c.waitFor(ctx, waitSpec{name: ml.label, channel: channel, wait: left, lease: c.opts.watchdogTimeout, try: run})
+		var sw *switchTo
+		if !errors.As(err, &sw) {
+			return err
+		}
+		if wait == 0 {
+			return wrap(ml.label, ErrNotAcquired)
+		}
+		channel = sw.channel
+	}
+}
+
+// rollback releases the level this acquisition added to each lock of
+// groups, which it had taken (or may have taken), slot by slot.
+func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[string]*hold) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	for _, g := range groups {
+		keys := make([]string, 0, 2*len(g))
+		args := []any{ml.c.publish}
+		for _, m := range g {
+			h := byKey[m.key]
+			keys = append(keys, m.relKeys...)
+			args = append(args, h.field, h.levels+1)
+		}
+		if err := ml.c.run(rctx, multiReleaseScript, keys, args...).Err(); err != nil {
+			ml.c.opts.logger.Warn("lock: could not roll back part of a MultiLock; it expires with its lease",
+				"locks", ml.label, "err", err)
+		}
+	}
+}
+
+// raise makes every token counter of the set at least t, so that the token
+// of the MultiLock is valid for each of its locks.
+func (ml *MultiLock) raise(ctx context.Context, tokens []fencing.Token, t fencing.Token) error {
+	pipe := ml.c.rdb.Pipeline()
+	var cmds []*redis.Cmd
+	for gi, g := range ml.groups {
+		if tokens[gi] >= t {
+			continue
+		}
+		keys := make([]string, len(g))
+		for i, m := range g {
+			keys[i] = m.keys[1]
+		}
+		cmds = append(cmds, raiseTokenScript.EvalSha(ctx, pipe, keys, int64(t)))
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			return ml.raiseSlowly(ctx, tokens, t)
+		}
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("raising the token counters: %w", err)
+		}
+	}
+	return nil
+}
+
+// raiseSlowly is raise one call at a time, for servers that lost the script.
+func (ml *MultiLock) raiseSlowly(ctx context.Context, tokens []fencing.Token, t fencing.Token) error {
+	for gi, g := range ml.groups {
+		if tokens[gi] >= t {
+			continue
+		}
+		keys := make([]string, len(g))
+		for i, m := range g {
+			keys[i] = m.keys[1]
+		}
+		if err := ml.c.run(ctx, raiseTokenScript, keys, int64(t)).Err(); err != nil {
+			return fmt.Errorf("raising the token counters: %w", err)
+		}
+	}
+	return nil
+}
+
+// enter returns the context of an acquisition of the MultiLock whose locks,
+// holds, ctx's owner now holds one more level of.
+func (ml *MultiLock) enter(ctx context.Context, holds []*hold, owner int64, ownerNew bool, token fencing.Token) context.Context {
+	key := multiKey{ml.c, ml.id}
+	if mh, _ := ctx.Value(key).(*multiHold); mh != nil && mh.ctx.Err() == nil && mh.levels > 0 {
+		mh.levels++
+		return ctx
+	}
+	if ownerNew {
+		ctx = context.WithValue(ctx, ownerKey{ml.c}, owner)
+	}
+	mh := &multiHold{levels: 1, token: token}
+	mctx, cancel := context.WithCancelCause(ctx)
+	mh.cancel = cancel
+	for _, h := range holds {
+		hctx := h.ctx
+		mh.stops = append(mh.stops, context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) }))
+	}
+	mctx = context.WithValue(mctx, key, mh)
+	mh.ctx = fencing.WithToken(mctx, token)
+	return mh.ctx
+}
+
+// Unlock releases one level of every lock of the set held by ctx, slot by
+// slot (all at once within a slot). The final Unlock of an acquisition
+// cancels its context with cause ErrReleased. It returns ErrNotHeld, and
+// changes nothing, when ctx does not hold the MultiLock, and an error
+// matching ErrLost when one of its locks was lost (the others are released
+// all the same). When Unlock fails with a network error it may be called
+// again: a level is never released twice.
+func (ml *MultiLock) Unlock(ctx context.Context) error {
+	if err := ml.usable(); err != nil {
+		return err
+	}
+	c := ml.c
+	if ctx == nil {
+		return wrap(ml.label, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	mh, _ := ctx.Value(multiKey{c, ml.id}).(*multiHold)
+	owner, ok := c.owner(ctx)
+	if mh == nil || !ok {
+		if errors.Is(context.Cause(ctx), ErrLost) {
+			return wrap(ml.label, ErrLost)
+		}
+		return wrap(ml.label, ErrNotHeld)
+	}
+	holds := make([]*hold, len(ml.locks))
+	for i, m := range ml.locks {
+		holds[i] = c.ref(holdID{m.key, exclusive, owner}, m.name)
+	}
+	defer func() {
+		for _, h := range holds {
+			c.unref(h)
+		}
+	}()
+	for _, h := range holds {
+		_ = h.enter(context.Background())
+	}
+	defer func() {
+		for _, h := range holds {
+			h.leave()
+		}
+	}()
+	if mh.levels == 0 {
+		if errors.Is(context.Cause(mh.ctx), ErrLost) {
+			return context.Cause(mh.ctx)
+		}
+		return wrap(ml.label, ErrNotHeld)
+	}
+
+	var errs []error
+	i := 0
+	for _, g := range ml.groups {
+		gh := holds[i : i+len(g)]
+		i += len(g)
+		keys := make([]string, 0, 2*len(g))
+		args := []any{c.publish}
+		renewed := make([]bool, len(g))
+		var live []int
+		for j, m := range g {
+			h := gh[j]
+			if mh.done[m.key] {
+				continue
+			}
+			if h.levels == 0 || c.isLost(h) {
+				errs = append(errs, wrap(h.name, ErrLost))
+				continue
+			}
+			renewed[j] = c.releasing(h)
+			keys = append(keys, m.relKeys...)
+			args = append(args, h.field, h.levels)
+			live = append(live, j)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		left, err := c.run(context.WithoutCancel(ctx), multiReleaseScript, keys, args...).Int64Slice()
+		for n, j := range live {
+			var l int64
+			if err == nil && n < len(left) {
+				l = left[n]
+			} else if err == nil {
+				err = fmt.Errorf("unexpected reply %v from the multi release script", left)
+			}
+			e := c.settle(gh[j], renewed[j], l, err)
+			if e != nil {
+				errs = append(errs, e)
+			}
+			if e == nil || errors.Is(e, ErrLost) {
+				if mh.done == nil {
+					mh.done = make(map[string]bool)
+				}
+				mh.done[g[j].key] = true
+			}
+		}
+	}
+	if len(errs) > 0 && !allLost(errs) {
+		return errors.Join(errs...) // a network error: the caller may retry
+	}
+	mh.levels--
+	mh.done = nil
+	if mh.levels == 0 {
+		for _, stop := range mh.stops {
+			stop()
+		}
+		mh.cancel(wrap(ml.label, ErrReleased))
+		if cause := context.Cause(mh.ctx); len(errs) == 0 && errors.Is(cause, ErrLost) {
+			return cause
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// allLost reports whether every error is a loss (nothing to retry).
+func allLost(errs []error) bool {
+	for _, e := range errs {
+		if !errors.Is(e, ErrLost) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,296 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// redisNodes starts n independent redis-servers.
+func redisNodes(t *testing.T, n int) []*testenv.RedisServer {
+	t.Helper()
+	out := make([]*testenv.RedisServer, n)
+	for i := range out {
+		out[i] = testenv.Redis(t)
+	}
+	return out
+}
+
+// redLockProcess returns the Clients one process would have: one per node,
+// quick to give up on a node that is down.
+func redLockProcess(t *testing.T, nodes []*testenv.RedisServer, opts ...lock.Option) []*lock.Client {
+	t.Helper()
+	out := make([]*lock.Client, len(nodes))
+	for i, n := range nodes {
+		c := lock.New(n.Client(func(o *redis.Options) {
+			o.MaxRetries = -1
+			o.DialTimeout = 200 * time.Millisecond
+		}), opts...)
+		t.Cleanup(func() { c.Close() })
+		out[i] = c
+	}
+	return out
+}
+
+func TestRedLock_ExcludesAcrossProcesses(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	var counter int
+	var inside, overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for p := 0; p < 4; p++ {
+		rl := lock.NewRedLock(name, redLockProcess(t, nodes)...)
+		for g := 0; g < 3; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < 6; r++ {
+					ctx, err := rl.Lock(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					v := counter
+					time.Sleep(100 * time.Microsecond)
+					counter = v + 1
+					inside.Add(-1)
+					if err := rl.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if counter != 4*3*6 {
+		t.Fatalf("counter = %d, want %d", counter, 4*3*6)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d RedLock holds overlapped", n)
+	}
+	for i, n := range nodes {
+		if v := n.Do("EXISTS", name); v != int64(0) {
+			t.Fatalf("node %d still has the lock", i)
+		}
+	}
+}
+
+func TestRedLock_WorksWithAMinorityDownAndRefusesWithout(t *testing.T) {
+	nodes := redisNodes(t, 5)
+	name := lockName(t)
+	rl := lock.NewRedLock(name, redLockProcess(t, nodes)...)
+	other := lock.NewRedLock(name, redLockProcess(t, nodes)...)
+	nodes[1].Kill()
+	nodes[3].Kill() // two of five down: three is still a majority
+	ctx, err := rl.TryLock(context.Background(), time.Second)
+	if err != nil {
+		t.Fatalf("with 2 of 5 nodes down: %v", err)
+	}
+	if _, err := other.TryLock(context.Background(), 0); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a second holder with 2 of 5 nodes down: %v", err)
+	}
+	held := 0
+	for _, i := range []int{0, 2, 4} {
+		if nodes[i].Do("EXISTS", name) == int64(1) {
+			held++
+		}
+	}
+	if held != 3 {
+		t.Fatalf("lock on %d live nodes, want all 3", held)
+	}
+	if err := rl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nodes[4].Kill() // three of five down
+	start := time.Now()
+	_, err = rl.TryLock(context.Background(), 5*time.Second)
+	if !errors.Is(err, lock.ErrNoQuorum) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("with 3 of 5 nodes down = %v, want ErrNoQuorum", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("refused after %v: an outage must not look like contention", d)
+	}
+	for _, i := range []int{0, 2} {
+		if nodes[i].Do("EXISTS", name) != int64(0) {
+			t.Fatalf("a refused RedLock left node %d locked", i)
+		}
+	}
+}
+
+func TestRedLock_LosingTheMajorityCancelsTheContext(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	rl := lock.NewRedLock(name, redLockProcess(t, nodes, lock.WithWatchdogTimeout(600*time.Millisecond))...)
+	ctx, err := rl.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].Kill() // one of three: still a majority
+	time.Sleep(1500 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatalf("lost with 2 of 3 nodes renewed: %v", context.Cause(ctx))
+	}
+	nodes[1].Kill()
+	select {
+	case <-ctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the holder never learned that it lost its majority")
+	}
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, lock.ErrLost) || !errors.Is(cause, lock.ErrNoQuorum) {
+		t.Fatalf("cause %v, want ErrLost and ErrNoQuorum", cause)
+	}
+	if err := rl.Unlock(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Unlock = %v, want ErrLost", err)
+	}
+	if nodes[2].Do("EXISTS", name) != int64(0) {
+		t.Fatal("the surviving node is still locked after Unlock")
+	}
+}
+
+func TestRedLock_TokensIncreaseAndBeatEveryNodesCounter(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	a := lock.NewRedLock(name, redLockProcess(t, nodes)...)
+	b := lock.NewRedLock(name, redLockProcess(t, nodes)...)
+	// One node's counter is far ahead of the others (and of the clocks).
+	nodes[2].Do("SET", "redisson_lock_token:{"+name+"}", "7000000000000000")
+	var last fencing.Token
+	for i := 0; i < 6; i++ {
+		rl := a
+		if i%2 == 1 {
+			rl = b
+		}
+		if i == 3 {
+			nodes[2].Kill() // the node with the big counter leaves
+		}
+		ctx, err := rl.Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, ok := fencing.FromContext(ctx)
+		if !ok || tok <= last {
+			t.Fatalf("acquisition %d: token %d, want above %d", i, tok, last)
+		}
+		if i == 0 && tok <= 7000000000000000 {
+			t.Fatalf("token %d, want above the largest counter of the majority", tok)
+		}
+		last = tok
+		inner, err := rl.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it, _ := fencing.FromContext(inner); it != tok {
+			t.Fatalf("re-entry token %d, want %d", it, tok)
+		}
+		rl.Unlock(inner)
+		if err := rl.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRedLock_UnlockWakesAWaiterAtOnce(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	a := lock.NewRedLock(name, redLockProcess(t, nodes)...)
+	b := lock.NewRedLock(name, redLockProcess(t, nodes)...) // 30s leases
+	held, err := a.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		ctx, err := b.Lock(context.Background())
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		b.Unlock(ctx)
+	}()
+	time.Sleep(150 * time.Millisecond)
+	released := time.Now()
+	if err := a.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	at, ok := <-got
+	if !ok {
+		t.FailNow()
+	}
+	if d := at.Sub(released); d > 500*time.Millisecond {
+		t.Fatalf("waiter got the RedLock %v after the unlock", d)
+	}
+}
+
+func TestRedLock_CrashedHolderIsReplacedAfterTheLease(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	opt := lock.WithWatchdogTimeout(500 * time.Millisecond)
+	dying := redLockProcess(t, nodes, opt)
+	if _, err := lock.NewRedLock(name, dying...).Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	crashed := time.Now()
+	for _, c := range dying {
+		c.Close()
+	}
+	ctx, err := lock.NewRedLock(name, redLockProcess(t, nodes, opt)...).TryLock(context.Background(), 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(crashed); d > time.Second {
+		t.Fatalf("taken %v after the crash, want within the 500ms lease", d)
+	}
+	_ = ctx
+}
+
+func TestRedLock_RejectsBadInput(t *testing.T) {
+	nodes := redisNodes(t, 2)
+	cs := redLockProcess(t, nodes)
+	bg := context.Background()
+	var nilRL *lock.RedLock
+	cases := map[string]func() error{
+		"no clients":      func() error { _, err := lock.NewRedLock("x").Lock(bg); return err },
+		"nil client":      func() error { _, err := lock.NewRedLock("x", cs[0], nil).Lock(bg); return err },
+		"repeated client": func() error { _, err := lock.NewRedLock("x", cs[0], cs[0]).Lock(bg); return err },
+		"empty name":      func() error { _, err := lock.NewRedLock("", cs...).Lock(bg); return err },
+		"negative wait":   func() error { _, err := lock.NewRedLock("x", cs...).TryLock(bg, -1); return err },
+		"zero lease":      func() error { _, err := lock.NewRedLock("x", cs...).Lock(bg, lock.WithLease(0)); return err },
+		"replica acks": func() error {
+			_, err := lock.NewRedLock("x", cs...).Lock(bg, lock.WithReplicas(1, time.Second))
+			return err
+		},
+		"nil context":    func() error { _, err := lock.NewRedLock("x", cs...).Lock(nil); return err }, //nolint:staticcheck
+		"nil redlock":    func() error { _, err := nilRL.Lock(bg); return err },
+		"unlock nil ctx": func() error { return lock.NewRedLock("x", cs...).Unlock(nil) }, //nolint:staticcheck
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			if err := f(); !errors.Is(err, lock.ErrInvalid) {
+				t.Fatalf("error = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	if err := lock.NewRedLock("x", cs...).Unlock(bg); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Unlock without a hold = %v, want ErrNotHeld", err)
+	}
+	for i, n := range nodes {
+		if v := n.Do("DBSIZE"); v != int64(0) {
+			t.Fatalf("bad input created %v keys on node %d", v, i)
+		}
+	}
+}

@@ -27,6 +27,15 @@ func Replica(t testing.TB, master *RedisServer, extra ...string) *RedisServer {
 		info, err := infoField(r.Addr, "replication", "master_link_status")
 		return info == "up", err
 	})
+	// After a diskless sync the master counts the replica in (for WAIT)
+	// only once the replica's first acknowledgement arrives, up to a second
+	// later.
+	waitFor(t, 10*time.Second, "master "+master.Addr+" counting replica "+r.Addr+" online", func() (bool, error) {
+		c := redis.NewClient(&redis.Options{Addr: master.Addr})
+		defer c.Close()
+		info, err := c.Info(context.Background(), "replication").Result()
+		return strings.Contains(info, "port="+strconv.Itoa(r.Port)+",state=online"), err
+	})
 	return r
 }
 

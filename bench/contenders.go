@@ -23,8 +23,7 @@ import (
 type contender struct {
 	name   string // row label
 	config string // how it is configured, printed under the tables
-	peer   bool   // a peer library: the targets compare this framework with peers (the floor is not one)
-	ours   bool   // this framework
+	peer   bool   // a peer library: the targets compare this framework's Mutex with peers (the floor is not one)
 	open   func(rdb *redis.Client) instance
 }
 
@@ -60,8 +59,12 @@ func contenders() []contender {
 		{
 			name:   "seckillguard",
 			config: "lock.Mutex, defaults: watchdog 30 s (renewal every 10 s), waiting pushed by pub/sub, FIFO per Client",
-			ours:   true,
 			open:   openOurs,
+		},
+		{
+			name:   "seckillguard (fair)",
+			config: "lock.FairMutex, defaults: one line in Redis across every Client, an unlock wakes exactly the next waiter",
+			open:   openOursFair,
 		},
 		{
 			name:   "redsync (defaults)",
@@ -120,6 +123,31 @@ func (m *oursMutex) lock(ctx context.Context) error {
 }
 
 func (m *oursMutex) unlock() error { return m.m.Unlock(m.held) }
+
+type oursFairInstance struct{ c *lock.Client }
+
+func openOursFair(rdb *redis.Client) instance {
+	return oursFairInstance{lock.New(rdb, lock.WithLogger(slog.New(slog.DiscardHandler)))}
+}
+
+func (i oursFairInstance) mutex(name string) mutex { return &oursFairMutex{m: i.c.FairMutex(name)} }
+func (i oursFairInstance) close()                  { _ = i.c.Close() }
+
+type oursFairMutex struct {
+	m    *lock.FairMutex
+	held context.Context
+}
+
+func (m *oursFairMutex) lock(ctx context.Context) error {
+	held, err := m.m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	m.held = held
+	return nil
+}
+
+func (m *oursFairMutex) unlock() error { return m.m.Unlock(m.held) }
 
 // ---- go-redsync ----
 

@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ type config struct {
 	heldRounds  int           // rounds that run the held-locks scaling
 	watchdog    time.Duration // watchdog timeout of the held-locks scaling
 	scenarios   map[string]bool
+	cpuprofile  string // write a CPU profile of the whole run here
 }
 
 // allScenarios are the groups -scenarios can pick from.
@@ -53,14 +55,15 @@ func parseFlags(args []string) (config, error) {
 	quick := fs.Bool("quick", false, "one short round: -rounds 1 -duration 500ms -drain 500ms -uncontended 400 -handoffs 8 -held 100,10000")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds; every round runs every library once per scenario, in a rotated order")
 	fs.DurationVar(&c.warmup, "warmup", 200*time.Millisecond, "unmeasured start of each contended run")
-	fs.DurationVar(&c.duration, "duration", time.Second, "measured window of each contended run")
-	fs.DurationVar(&c.drain, "drain", time.Second, "after the window, how long the load goes on at most for the waits begun in it to end")
+	fs.DurationVar(&c.duration, "duration", 800*time.Millisecond, "measured window of each contended run")
+	fs.DurationVar(&c.drain, "drain", 800*time.Millisecond, "after the window, how long the load goes on at most for the waits begun in it to end")
 	fs.IntVar(&c.uncontended, "uncontended", 2000, "uncontended Lock+Unlock cycles per library and round")
 	fs.IntVar(&c.blocks, "blocks", 20, "blocks the uncontended cycles are split into, the libraries taking turns")
-	fs.IntVar(&c.handoffs, "handoffs", 30, "handoffs measured per handoff run")
+	fs.IntVar(&c.handoffs, "handoffs", 20, "handoffs measured per handoff run")
 	held := fs.String("held", "100,10000,100000", "numbers of locks one Client holds at once, comma-separated")
-	fs.IntVar(&c.heldRounds, "held-rounds", 3, "how many of the rounds also run the held-locks scaling (it takes about 20 s)")
+	fs.IntVar(&c.heldRounds, "held-rounds", 2, "how many of the rounds also run the held-locks scaling (20–40 s each)")
 	fs.DurationVar(&c.watchdog, "watchdog", 3*time.Second, "watchdog timeout for the held-locks scaling (renewal every third of it)")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	only := fs.String("scenarios", strings.Join(allScenarios, ","), "scenario groups to run: "+strings.Join(allScenarios, ","))
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -153,6 +156,17 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 	e := &env{addr: srv.Addr, admin: admin}
 	fmt.Fprintf(log, "bench: redis-server on %s; %d rounds\n", srv.Addr, cfg.rounds)
 
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	started, load := time.Now(), loadAverage()
 	r, err := measure(ctx, e, cfg, log)
 	if err != nil {

@@ -522,6 +522,17 @@ func runHeld(ctx context.Context, e *env, n int, watchdog, window time.Duration,
 		return held{}, err
 	}
 	_ = c.Mutex(prefix + ":warm").Unlock(w)
+	// Open the connections the 32 acquiring goroutines will use, so that
+	// their buffers are not counted as the locks' heap.
+	var pings sync.WaitGroup
+	for range 32 {
+		pings.Add(1)
+		go func() {
+			defer pings.Done()
+			_ = rdb.Ping(ctx).Err()
+		}()
+	}
+	pings.Wait()
 
 	runtime.GC()
 	var ms runtime.MemStats

@@ -190,6 +190,9 @@ func fenceValues(stmt *gorm.Statement, w *write, c clause.Clause) clause.Clause 
 // GREATEST(fence, token)" comes last, because MySQL evaluates the assignments
 // in order and the conditions must see the fence the row had before.
 func guardUpsert(stmt *gorm.Statement, w *write, c clause.Clause) clause.Clause {
+	if stmt.Dialector.Name() == dialectSQLite {
+		return guardUpsertSQLite(stmt, w, c)
+	}
 	oc, ok := c.Expression.(clause.OnConflict)
 	if !ok || oc.DoNothing || len(oc.DoUpdates) == 0 {
 		return c // nothing existing is changed

@@ -10,7 +10,8 @@ import (
 )
 
 // ErrDuplicate is the errors.Is target of every write refused by a unique
-// index (MySQL error 1062). The error is a *DuplicateError, which names the
+// index (MySQL error 1062, SQLite's SQLITE_CONSTRAINT_UNIQUE and
+// SQLITE_CONSTRAINT_PRIMARYKEY). The error is a *DuplicateError, which names the
 // index so that a handler can tell, say, "this user already ordered this
 // SKU" (unique (user_id, sku)) from "this idempotency key was used before".
 var ErrDuplicate = errors.New("gormplugin: duplicate entry")
@@ -20,11 +21,11 @@ const mysqlDuplicateEntry = 1062
 
 // DuplicateError describes a write refused by a unique index. It matches
 // ErrDuplicate and gorm.ErrDuplicatedKey under errors.Is, and unwraps to the
-// driver's *mysql.MySQLError.
+// driver's error (*mysql.MySQLError on MySQL).
 type DuplicateError struct {
-	Table string // the table written, as GORM named it; empty for raw SQL
+	Table string // the table written, as GORM named it; empty for raw SQL on MySQL
 	Index string // the violated index, e.g. "idx_user_sku"; "PRIMARY" for the primary key
-	Value string // the duplicate value as the server printed it; parts of a composite key are joined by '-'
+	Value string // the duplicate value as the server printed it; parts of a composite key are joined by '-'; empty on SQLite, which does not print it
 	Err   error  // the driver's error
 }
 
@@ -117,7 +118,7 @@ func translateErrors(db *gorm.DB) {
 	if db.Error == nil {
 		return
 	}
-	err := duplicateOf(stmt.Table, db.Error)
+	err := duplicateIn(db, db.Error)
 	if t, ok := db.Dialector.(gorm.ErrorTranslator); ok && translate && err == db.Error {
 		err = t.Translate(err)
 	}

@@ -42,15 +42,17 @@
 // refused with a *fencing.StaleError once the token's context is done (the
 // lock was lost), so a holder that lost its lock writes nothing.
 //
-// Unique-index violations (MySQL error 1062) become a *DuplicateError naming
-// the index, on every write and whether or not gorm.Config.TranslateError is
-// set; see ErrDuplicate.
+// Unique-index violations (MySQL error 1062, SQLite's "UNIQUE constraint
+// failed") become a *DuplicateError naming the index, on every write and
+// whether or not gorm.Config.TranslateError is set; see ErrDuplicate.
 //
-// The plugin supports MySQL and MariaDB through gorm.io/driver/mysql.
-// Setting clientFoundRows=true in the DSN is recommended: MySQL then counts
-// the rows an UPDATE matched rather than the rows it changed, so a reentrant
-// write that repeats the values and the token already stored reports its row
-// without needing the check SELECT. Without it such a write reports 0 rows,
+// The plugin supports MySQL and MariaDB through gorm.io/driver/mysql, and
+// SQLite through GORM's "sqlite" dialects (github.com/glebarez/sqlite, pure
+// Go, or gorm.io/driver/sqlite). On MySQL, setting clientFoundRows=true in
+// the DSN is recommended: MySQL then counts the rows an UPDATE matched rather
+// than the rows it changed (as SQLite always does), so a reentrant write that
+// repeats the values and the token already stored reports its row without
+// needing the check SELECT. Without it such a write reports 0 rows,
 // the check SELECT finds no newer fence, and the write succeeds with
 // RowsAffected 0.
 package gormplugin
@@ -113,10 +115,10 @@ func (p *Plugin) Name() string { return pluginName }
 
 // Initialize registers the plugin's callbacks and clause builders on db;
 // part of gorm.Plugin, called by db.Use. It fails for databases other than
-// MySQL and MariaDB.
+// MySQL, MariaDB and SQLite.
 func (p *Plugin) Initialize(db *gorm.DB) error {
-	if name := db.Dialector.Name(); name != "mysql" {
-		return fmt.Errorf("gormplugin: dialect %q is not supported (MySQL and MariaDB only)", name)
+	if name := db.Dialector.Name(); !supportedDialect(name) {
+		return fmt.Errorf("gormplugin: dialect %q is not supported (MySQL, MariaDB and SQLite only)", name)
 	}
 	// GORM places an After callback at the end of the chain, so verify is
 	// also anchored before the callback that follows the statement: it must

@@ -52,28 +52,28 @@ func TestReplicas_ClientDefaultCoversEveryKind(t *testing.T) {
 		"Mutex": func(opts ...lock.LockOption) error {
 			ctx, err := c.Mutex(base+":m").TryLock(bg, 0, opts...)
 			if err == nil {
-				err = c.Mutex(base+":m").Unlock(ctx)
+				err = c.Mutex(base + ":m").Unlock(ctx)
 			}
 			return err
 		},
 		"FairMutex": func(opts ...lock.LockOption) error {
 			ctx, err := c.FairMutex(base+":f").TryLock(bg, 0, opts...)
 			if err == nil {
-				err = c.FairMutex(base+":f").Unlock(ctx)
+				err = c.FairMutex(base + ":f").Unlock(ctx)
 			}
 			return err
 		},
 		"RWMutex.Lock": func(opts ...lock.LockOption) error {
 			ctx, err := c.RWMutex(base+":rw").TryLock(bg, 0, opts...)
 			if err == nil {
-				err = c.RWMutex(base+":rw").Unlock(ctx)
+				err = c.RWMutex(base + ":rw").Unlock(ctx)
 			}
 			return err
 		},
 		"RWMutex.RLock": func(opts ...lock.LockOption) error {
 			ctx, err := c.RWMutex(base+":rw").TryRLock(bg, 0, opts...)
 			if err == nil {
-				err = c.RWMutex(base+":rw").RUnlock(ctx)
+				err = c.RWMutex(base + ":rw").RUnlock(ctx)
 			}
 			return err
 		},

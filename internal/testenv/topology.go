@@ -36,6 +36,16 @@ func Replica(t testing.TB, master *RedisServer, extra ...string) *RedisServer {
 		info, err := c.Info(context.Background(), "replication").Result()
 		return strings.Contains(info, "port="+strconv.Itoa(r.Port)+",state=online"), err
 	})
+	// The first WAIT after a sync may still wait for the replica's periodic
+	// acknowledgement (once a second); have it done before the test starts.
+	c := redis.NewClient(&redis.Options{Addr: master.Addr, PoolSize: 1}) // one connection: WAIT counts its writes
+	defer c.Close()
+	ctx := context.Background()
+	c.Set(ctx, "testenv:replica-warm-up", 1, 0)
+	c.Del(ctx, "testenv:replica-warm-up")
+	if n, err := c.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("testenv: replica %s did not acknowledge a write within 5s: %d, %v", r.Addr, n, err)
+	}
 	return r
 }
 

@@ -29,7 +29,7 @@ func kinds(name string) []lockKind {
 			func(c *lock.Client, ctx context.Context) error { return c.Mutex(name).Unlock(ctx) }},
 		{"FairMutex",
 			func(c *lock.Client, ctx context.Context, w time.Duration) (context.Context, error) {
-				return c.FairMutex(name + ":fair").TryLock(ctx, w)
+				return c.FairMutex(name+":fair").TryLock(ctx, w)
 			},
 			func(c *lock.Client, ctx context.Context) error { return c.FairMutex(name + ":fair").Unlock(ctx) }},
 		{"RWMutex.RLock",

@@ -9,8 +9,18 @@
 // (package fencing) that storage can use to refuse writes of a holder that
 // lost its lock without noticing in time.
 //
+// The rest of Redisson's lock family shares that machinery: FairMutex
+// (granted in arrival order across every Client), RWMutex (many readers or
+// one writer, preferring writers), MultiLock (several locks, all or none),
+// Semaphore (a bounded number of holders whose permits expire with them) and
+// RedLock (a majority of independent masters). Every acquisition of every
+// kind returns a context in the same way, and WithReplicaAck makes
+// acquisitions wait for replicas.
+//
 // The keys are Redisson's, so Go services using this package and Java
 // services using Redisson exclude each other on the same lock name.
+// docs/LOCKS.md lists each kind beside its Redisson equivalent and where
+// behaviour differs.
 package lock
 
 import (

@@ -189,7 +189,14 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 	if ctx == nil {
 		return ctx, wrap(r.name, fmt.Errorf("%w: nil context", ErrInvalid))
 	}
-	lo := r.clients[0].lockOptions(opts)
+	// The Clients' own WithReplicaAck defaults do not apply: the nodes of
+	// a RedLock are independent masters. Asking for it here is a mistake.
+	var lo lockOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&lo)
+		}
+	}
 	if lo.err != nil {
 		return ctx, wrap(r.name, lo.err)
 	}
@@ -445,13 +452,18 @@ func (r *RedLock) rollback(ctx context.Context, timeout time.Duration, holds []*
 // Unlock releases one level of the RedLock held by ctx; the final Unlock
 // releases every node it holds, at once, and cancels the context with cause
 // ErrReleased. A node that cannot be reached is left to expire with its
-// lease (nothing renews it any more). Unlock returns ErrNotHeld when ctx
-// does not hold the lock, and an error matching ErrLost when the lock had
-// lost its majority.
+// lease (nothing renews it any more); so does the node of a Client closed
+// meanwhile. Unlock returns ErrNotHeld when ctx does not hold the lock, and
+// an error matching ErrLost when the lock had lost its majority.
 func (r *RedLock) Unlock(ctx context.Context) error {
-	if err := r.usable(); err != nil {
-		return err
+	if r == nil {
+		return fmt.Errorf("%w: nil redlock", ErrInvalid)
 	}
+	if r.checkErr != nil {
+		return wrap(r.name, r.checkErr)
+	}
+	// A closed Client's node was given up when it closed (it counts as
+	// lost); the others are still released.
 	if ctx == nil {
 		return wrap(r.name, fmt.Errorf("%w: nil context", ErrInvalid))
 	}

@@ -294,3 +294,28 @@ func TestRedLock_RejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestRedLock_UnlockAfterANodesClientClosedReleasesTheRest(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	// The Clients' replica acknowledgement default does not apply to a RedLock.
+	cs := redLockProcess(t, nodes, lock.WithReplicaAck(1, 50*time.Millisecond))
+	rl := lock.NewRedLock(name, cs...)
+	ctx, err := rl.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs[0].Close() // one node given up: two of three still hold it
+	time.Sleep(50 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatalf("closing one node's Client lost the RedLock: %v", context.Cause(ctx))
+	}
+	if err := rl.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	for i, n := range nodes[1:] {
+		if n.Do("EXISTS", name) != int64(0) {
+			t.Fatalf("node %d still locked", i+1)
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package reliability
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/seckillguard/seckillguard/internal/faults"
+)
+
+// binDir holds the binaries the suite builds once per run.
+var binDir string
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	dir, err := os.MkdirTemp("", "reliability-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var builds sync.Map // import path → func() (string, error)
+
+// binary builds the main package pkg once per run and returns its path.
+func binary(t testing.TB, pkg string) string {
+	t.Helper()
+	f, _ := builds.LoadOrStore(pkg, sync.OnceValues(func() (string, error) {
+		dir, err := os.MkdirTemp(binDir, "")
+		if err != nil {
+			return "", err
+		}
+		return faults.BuildIn(dir, pkg)
+	}))
+	bin, err := f.(func() (string, error))()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}

@@ -1,0 +1,139 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"github.com/seckillguard/seckillguard/internal/faults"
+	"github.com/seckillguard/seckillguard/internal/history"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// netWorker is one process of a contended run: a lock Client whose Redis
+// connections all go through a proxy of its own.
+type netWorker struct {
+	name  string
+	proxy *faults.Proxy
+	locks *lock.Client
+
+	holds, busy, failed, unlockErrs atomic.Int64
+}
+
+func newNetWorker(t *testing.T, name, target string, watchdog time.Duration) *netWorker {
+	t.Helper()
+	p, err := faults.NewProxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return &netWorker{name: name, proxy: p,
+		locks: lockClient(t, p.Addr, func(o *redis.Options) { o.PoolSize = 8 }, lock.WithWatchdogTimeout(watchdog))}
+}
+
+// run takes key again and again until stop, incrementing its register in
+// each critical section, which lasts at least hold.
+func (w *netWorker) run(stop <-chan struct{}, rec *history.Recorder, db *gorm.DB, key string, hold time.Duration) {
+	m := w.locks.Mutex(key)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ctx, err := m.TryLock(context.Background(), 3*time.Second)
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired):
+			w.busy.Add(1)
+			continue
+		case err != nil:
+			w.failed.Add(1)
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		w.holds.Add(1)
+		s := enter(rec, w.name, key, ctx)
+		if s.Read(db) == nil {
+			select {
+			case <-time.After(hold):
+			case <-ctx.Done():
+			}
+			_, _ = s.Write(db, true)
+		}
+		s.Leave()
+		for range 3 { // a reset may eat the release; Unlock may be retried
+			err := m.Unlock(ctx)
+			if err == nil || errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrNotHeld) {
+				break
+			}
+			w.unlockErrs.Add(1)
+		}
+	}
+}
+
+// A contended run through a slow, lossy network: every Client's connections
+// get 200ms of latency each way and lose 5% of their chunks to a reset.
+// Holds that were never told of a loss never overlap, every write of a hold
+// told of its loss is refused, and the register holds exactly the accepted
+// increments.
+func TestNetwork_LatencyAndResetsKeepExclusion(t *testing.T) {
+	const (
+		keys     = 3
+		perKey   = 3
+		watchdog = 2 * time.Second
+		runFor   = 6 * time.Second
+	)
+	srv := testenv.Redis(t)
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("sku:net-%d", i)
+	}
+	db, _ := registers(t, names...)
+	rec := history.NewRecorder()
+	var workers []*netWorker
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, name := range names {
+		for j := range perKey {
+			w := newNetWorker(t, fmt.Sprintf("w%d.%d", i, j), srv.Addr, watchdog)
+			w.proxy.SetLatency(200 * time.Millisecond)
+			w.proxy.SetResetRate(0.05)
+			workers = append(workers, w)
+			wg.Add(1)
+			go func() { defer wg.Done(); w.run(stop, rec, db, name, 20*time.Millisecond) }()
+		}
+	}
+	time.Sleep(runFor)
+	close(stop)
+	for _, w := range workers { // heal, so that every worker ends its last hold
+		w.proxy.SetResetRate(0)
+		w.proxy.SetLatency(0)
+	}
+	wg.Wait()
+
+	var holds, busy, failed, unlockErrs, resets int64
+	for _, w := range workers {
+		holds += w.holds.Load()
+		busy += w.busy.Load()
+		failed += w.failed.Load()
+		unlockErrs += w.unlockErrs.Load()
+		resets += w.proxy.Stats().Resets
+	}
+	r := history.Check(rec.History(), finalValues(t, db))
+	t.Logf("%d holds, %d busy, %d failed acquisitions, %d failed unlocks, %d connection resets; %s",
+		holds, busy, failed, unlockErrs, resets, r)
+	if !r.OK() {
+		t.Fatalf("history: %s", r)
+	}
+	if holds < 10 || resets < 5 {
+		t.Fatalf("the run did too little to show anything: %d holds, %d resets", holds, resets)
+	}
+}

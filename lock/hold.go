@@ -399,7 +399,11 @@ func (c *Client) establish(ctx context.Context, h *hold, ownerNew bool, start ti
 	h.begin(ctx, ownerNew, start)
 	c.pin(h)
 	if !h.fixed {
-		h.renewal.script, h.renewal.keys, h.renewal.args = h.kind.renewal(h)
+		if h.renewal.script == nil {
+			// Set once: a renewal round under way may still read them. Every
+			// kind that takes holds of one role on one key renews them alike.
+			h.renewal.script, h.renewal.keys, h.renewal.args = h.kind.renewal(h)
+		}
 		c.dog.add(&h.renewal, start.Add(h.lease))
 	}
 	if c.closed() && c.lose(h) {

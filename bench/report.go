@@ -191,7 +191,7 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 		if !cfg.scenarios[sc.group] || sc.title == "" {
 			continue
 		}
-		fmt.Fprintf(w, "### %s\n\nEvery goroutine locks, runs the critical section, unlocks, and locks again at once. Measured: a window of %v after %v of warm-up; waits are those begun in the window (the load goes on up to %v longer for them to end). Wait = from calling Lock to holding the lock.\n\n", sc.title, cfg.duration, cfg.warmup, cfg.drain)
+		fmt.Fprintf(w, "### %s\n\nEvery goroutine locks, runs the critical section, unlocks, and locks again at once. Measured: a window of %v after %v of warm-up. Wait = from calling Lock to holding the lock; the waits are every wait going on at some time during the window, including those of goroutines waiting since the warm-up (the load goes on up to %v after the window for them to end).\n\n", sc.title, cfg.duration, cfg.warmup, cfg.drain)
 		cols := []string{"library", "acquisitions/s", "wait p50 ms", "wait p99 ms", "wait max ms", fmt.Sprintf("goroutines never served (of %d)", sc.ld.clients*sc.ld.goroutines), "commands sent / acq", "commands Redis ran / acq", "Redis CPU µs / acq", "allocs / acq"}
 		if sc.cpu {
 			cols = append(cols, "client CPU µs / acq")
@@ -310,7 +310,7 @@ func writeCut(w io.Writer, cs []contender, r *results, id string) {
 		}
 	}
 	if len(parts) > 0 {
-		fmt.Fprintf(w, "Waits begun in the %s window and still going on when the drain ended (median per round; counted at their length so far, so for a library that lets waiters starve, p99 and max are lower bounds that grow with -duration and -drain): %s.\n\n", id, strings.Join(parts, ", "))
+		fmt.Fprintf(w, "Waits of the %s window still going on when the drain ended (median per round; counted at their length so far, so for a library that lets waiters starve, p99 and max are lower bounds that grow with -duration and -drain): %s.\n\n", id, strings.Join(parts, ", "))
 	}
 }
 

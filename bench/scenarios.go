@@ -124,9 +124,11 @@ func runUncontended(ctx context.Context, e *env, cs []contender, ops, blocks int
 // goroutine locking in a loop with no pause between its acquisitions.
 //
 // A timed run has three phases: warm-up (not measured), the measured window,
-// and a drain during which the load goes on until every wait that began in
-// the window has ended, or the drain time is up. Throughput and costs are
-// those of the window; the waits are those that began in it.
+// and a drain during which the load goes on until every wait that went on
+// during the window has ended, or the drain time is up. Throughput and costs
+// are those of the window; the waits are every wait that went on at some
+// time during it (begun in it, or begun in the warm-up and not over when it
+// started), so that a goroutine starved since the warm-up is counted too.
 type load struct {
 	clients    int           // instances, each with its own connection pool
 	goroutines int           // per instance
@@ -183,7 +185,7 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 	var (
 		phase     atomic.Int32
 		left      atomic.Int64
-		pending   atomic.Int64 // waits begun in the window and not ended
+		pending   atomic.Int64 // waits that may count and have not ended
 		failures  atomic.Int64
 		cut       atomic.Int64
 		wg        sync.WaitGroup
@@ -222,15 +224,21 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 					if ms[k] == nil {
 						ms[k] = inst.mutex(names[k])
 					}
-					counted := phase.Load() == phaseWindow
-					if counted {
+					// A wait counts when it goes on at some time during the
+					// window: begun in it, or begun before and not ended
+					// before it started. A goroutine starved since the
+					// warm-up counts too.
+					began := phase.Load()
+					candidate := began != phaseDrain
+					if candidate {
 						pending.Add(1)
 					}
 					t0 := time.Now()
 					err := ms[k].lock(runCtx)
 					w := time.Since(t0)
-					if counted {
-						if err == nil || runCtx.Err() != nil {
+					counted := candidate && (began == phaseWindow || phase.Load() != phaseWarmup)
+					if candidate {
+						if counted && (err == nil || runCtx.Err() != nil) {
 							waits = append(waits, w)
 						}
 						pending.Add(-1)

@@ -117,14 +117,14 @@ func TestClient_ChurnLeavesNoGoroutines(t *testing.T) {
 	srv := testenv.Redis(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	rdb := srv.Client()
-	holder := lock.New(rdb, lock.WithWatchdogTimeout(300*time.Millisecond))
+	holder := lock.New(rdb, lock.WithWatchdogTimeout(time.Second))
 	name := lockName(t)
 	held, err := holder.Mutex(name).Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 20; i++ {
-		c := lock.New(rdb, lock.WithWatchdogTimeout(300*time.Millisecond))
+		c := lock.New(rdb, lock.WithWatchdogTimeout(time.Second))
 		// A waiter that subscribes and gives up, and a hold of another lock.
 		if _, err := c.Mutex(name).TryLock(context.Background(), 20*time.Millisecond); err == nil {
 			t.Fatal("acquired a held lock")

@@ -136,7 +136,7 @@ func TestClient_WaitersOfEveryKindThatGiveUpLeaveNoGoroutines(t *testing.T) {
 	nodes := redisNodes(t, 2)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	name := lockName(t)
-	opt := lock.WithWatchdogTimeout(300 * time.Millisecond)
+	opt := lock.WithWatchdogTimeout(2 * time.Second)
 	holder := lock.New(srv.Client(), opt)
 	bg := context.Background()
 	var held []func()

@@ -132,20 +132,20 @@ func TestRedLock_WorksWithAMinorityDownAndRefusesWithout(t *testing.T) {
 func TestRedLock_LosingTheMajorityCancelsTheContext(t *testing.T) {
 	nodes := redisNodes(t, 3)
 	name := lockName(t)
-	rl := lock.NewRedLock(name, redLockProcess(t, nodes, lock.WithWatchdogTimeout(600*time.Millisecond))...)
+	rl := lock.NewRedLock(name, redLockProcess(t, nodes, lock.WithWatchdogTimeout(time.Second))...)
 	ctx, err := rl.Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes[0].Kill() // one of three: still a majority
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(2200 * time.Millisecond)
 	if ctx.Err() != nil {
 		t.Fatalf("lost with 2 of 3 nodes renewed: %v", context.Cause(ctx))
 	}
 	nodes[1].Kill()
 	select {
 	case <-ctx.Done():
-	case <-time.After(3 * time.Second):
+	case <-time.After(5 * time.Second):
 		t.Fatal("the holder never learned that it lost its majority")
 	}
 	cause := context.Cause(ctx)
@@ -239,7 +239,7 @@ func TestRedLock_UnlockWakesAWaiterAtOnce(t *testing.T) {
 func TestRedLock_CrashedHolderIsReplacedAfterTheLease(t *testing.T) {
 	nodes := redisNodes(t, 3)
 	name := lockName(t)
-	opt := lock.WithWatchdogTimeout(500 * time.Millisecond)
+	opt := lock.WithWatchdogTimeout(time.Second)
 	dying := redLockProcess(t, nodes, opt)
 	if _, err := lock.NewRedLock(name, dying...).Lock(context.Background()); err != nil {
 		t.Fatal(err)
@@ -248,12 +248,12 @@ func TestRedLock_CrashedHolderIsReplacedAfterTheLease(t *testing.T) {
 	for _, c := range dying {
 		c.Close()
 	}
-	ctx, err := lock.NewRedLock(name, redLockProcess(t, nodes, opt)...).TryLock(context.Background(), 3*time.Second)
+	ctx, err := lock.NewRedLock(name, redLockProcess(t, nodes, opt)...).TryLock(context.Background(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(crashed); d > time.Second {
-		t.Fatalf("taken %v after the crash, want within the 500ms lease", d)
+	if d := time.Since(crashed); d > 2500*time.Millisecond {
+		t.Fatalf("taken %v after the crash, want about the 1s lease", d)
 	}
 	_ = ctx
 }

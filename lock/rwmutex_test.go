@@ -237,7 +237,7 @@ func TestRWMutex_ReadHoldsCarryNoTokenOfTheirOwn(t *testing.T) {
 
 func TestRWMutex_CrashedReaderDropsOutWhileOthersRead(t *testing.T) {
 	srv := testenv.Redis(t)
-	opt := lock.WithWatchdogTimeout(600 * time.Millisecond)
+	opt := lock.WithWatchdogTimeout(time.Second)
 	crashed := instances(t, srv, 1, opt)[0]
 	alive := instances(t, srv, 2, opt)
 	name := lockName(t)
@@ -263,9 +263,9 @@ func TestRWMutex_CrashedReaderDropsOutWhileOthersRead(t *testing.T) {
 	}()
 	// The live reader keeps reading, renewed, well past the crashed one's
 	// lease; the crashed reader's field must be gone by then.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond)
 	if fields := srv.Do("HLEN", name); fields != int64(2) { // mode + the live reader
-		t.Fatalf("lock hash has %v fields 1.5s after a reader crashed, want 2 (mode, live reader): %v",
+		t.Fatalf("lock hash has %v fields 2.5s after a reader crashed, want 2 (mode, live reader): %v",
 			fields, srv.Do("HGETALL", name))
 	}
 	select {
@@ -279,26 +279,26 @@ func TestRWMutex_CrashedReaderDropsOutWhileOthersRead(t *testing.T) {
 	if !ok {
 		t.FailNow()
 	}
-	if d := at.Sub(released); d > 300*time.Millisecond {
+	if d := at.Sub(released); d > time.Second {
 		t.Fatalf("writer got in %v after the last live reader left (crashed %v before)", d, released.Sub(crashedAt))
 	}
 }
 
 func TestRWMutex_CrashedWriterLockIsTakenAfterTheLease(t *testing.T) {
 	srv := testenv.Redis(t)
-	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(500*time.Millisecond))
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(time.Second))
 	name := lockName(t)
 	if _, err := cs[0].RWMutex(name).Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	crashed := time.Now()
 	cs[0].Close()
-	ctx, err := cs[1].RWMutex(name).TryRLock(context.Background(), 3*time.Second)
+	ctx, err := cs[1].RWMutex(name).TryRLock(context.Background(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(crashed); d > 900*time.Millisecond {
-		t.Fatalf("read %v after the writer crashed, want within its 500ms lease", d)
+	if d := time.Since(crashed); d > 2500*time.Millisecond {
+		t.Fatalf("read %v after the writer crashed, want about its 1s lease", d)
 	}
 	cs[1].RWMutex(name).RUnlock(ctx)
 }

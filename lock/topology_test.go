@@ -235,7 +235,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("WatchdogRenewsAcrossSlots", func(t *testing.T) {
-		cs := newClients(t, 2, lock.WithWatchdogTimeout(600*time.Millisecond))
+		cs := newClients(t, 2, lock.WithWatchdogTimeout(time.Second))
 		names := namesOnEveryMaster(t, rdb, lockName(t), 3)
 		m, err := cs[0].Mutex(names[0]).Lock(bg)
 		if err != nil {
@@ -249,7 +249,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1500 * time.Millisecond) // 2.5 watchdog timeouts
+		time.Sleep(2200 * time.Millisecond) // over two watchdog timeouts
 		for _, ctx := range []context.Context{m, r, s} {
 			if ctx.Err() != nil {
 				t.Fatalf("a hold was lost: %v", context.Cause(ctx))

@@ -245,7 +245,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 			}
 			return ok, retry, err
 		}
-		if err := ml.waitGroup(ctx, g, wait, deadline, try); err != nil {
+		if err := ml.waitGroup(ctx, g, wait, deadline, gh[0].lease, try); err != nil {
 			ml.rollback(ctx, ml.groups[:gi], byKey)
 			return ctx, err
 		}
@@ -351,8 +351,9 @@ func holdsByKey(g []*Mutex, gh []*hold) map[string]*hold {
 }
 
 // waitGroup runs try until it takes the group g, waiting on the unlock
-// channel of whichever lock of g blocks it.
-func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Duration, deadline time.Time, try attempt) error {
+// channel of whichever lock of g blocks it. lease is how long the locks it
+// takes last unless renewed.
+func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Duration, deadline time.Time, lease time.Duration, try attempt) error {
 	c := ml.c
 	channel := g[0].unlockCh
 	run := func(ctx context.Context) (bool, time.Duration, error) {
@@ -372,7 +373,7 @@ func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Durati
 				return wrap(ml.label, ErrNotAcquired)
 			}
 		}
-		err := c.waitFor(ctx, waitSpec{name: ml.label, channel: channel, wait: left, lease: c.opts.watchdogTimeout, try: run})
+		err := c.waitFor(ctx, waitSpec{name: ml.label, channel: channel, wait: left, lease: lease, try: run})
 		var sw *switchTo
 		if !errors.As(err, &sw) {
 			return err

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"github.com/seckillguard/seckillguard/guard"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// demoConfig is the demo's command line.
+type demoConfig struct {
+	instances   int
+	buyers      int
+	stock       int
+	duration    time.Duration
+	concurrency int
+	repeat      float64
+	modes       []Mode
+	verbose     bool
+	knobs
+}
+
+// demo runs one sale per mode on fresh instances and prints what the
+// database holds afterwards.
+func demo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	dc, err := parseDemo(args, stderr)
+	if err != nil {
+		return err
+	}
+	pol, _, err := dc.loadPolicies()
+	if err != nil {
+		return err
+	}
+	b, err := OpenBackends(getenv, dc.sqlite)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	b.Quiet()
+	results, err := runDemo(ctx, dc, b, pol, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	printTable(stdout, results)
+	return nil
+}
+
+func parseDemo(args []string, stderr io.Writer) (*demoConfig, error) {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: example-seckill demo [flags]\n\nStarts -instances instances of the service on loopback ports, all on one Redis and one\ndatabase, runs one sale per mode against them and prints what the database holds afterwards.")
+		fs.PrintDefaults()
+	}
+	dc := &demoConfig{}
+	fs.IntVar(&dc.instances, "instances", 3, "instances of the service, each with its own Redis client, database pool and gin engine")
+	fs.IntVar(&dc.buyers, "buyers", 2000, "buyers per sale, each wanting one unit")
+	fs.IntVar(&dc.stock, "stock", 100, "units on sale")
+	fs.DurationVar(&dc.duration, "duration", 30*time.Second, "longest a sale may run; clicks not sent by then are dropped")
+	fs.IntVar(&dc.concurrency, "concurrency", 64, "requests in flight at once")
+	fs.Float64Var(&dc.repeat, "repeat", 0.2, "fraction of buyers who click twice (two requests at once, one Idempotency-Key)")
+	modes := fs.String("modes", "none,local,guard,guard-lease", "the sales to run, in order")
+	fs.BoolVar(&dc.verbose, "v", false, "also print each mode's answers")
+	dc.register(fs, knobs{holdDelay: 20 * time.Millisecond, holdRate: 0.2, watchdog: lock.DefaultWatchdogTimeout})
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("demo: unexpected arguments %q", fs.Args())
+	}
+	for _, name := range strings.Split(*modes, ",") {
+		m, err := parseMode(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		dc.modes = append(dc.modes, m)
+	}
+	if dc.lease == 0 {
+		// Shorter than the pause: a paused holder loses its lock.
+		dc.lease = max(dc.holdDelay/2, time.Millisecond)
+	}
+	switch {
+	case dc.instances < 1 || dc.buyers < 1 || dc.stock < 0 || dc.concurrency < 1:
+		return nil, fmt.Errorf("demo: want at least 1 instance, buyer and request in flight, and stock >= 0")
+	case dc.repeat < 0 || dc.repeat > 1:
+		return nil, fmt.Errorf("-repeat %v: want a fraction in [0, 1]", dc.repeat)
+	case dc.duration <= 0:
+		return nil, fmt.Errorf("-duration %v: must be positive", dc.duration)
+	}
+	if err := dc.check(); err != nil {
+		return nil, err
+	}
+	return dc, nil
+}
+
+// modeResult is one row of the demo's table.
+type modeResult struct {
+	mode       Mode
+	initial    int
+	requests   int
+	orders     int64 // from the database
+	stockLeft  int   // from the database
+	duplicates int64 // orders beyond one per user, from the database
+	// Stale writes refused, from the instances' metrics.
+	refusedLockLost, refusedFence float64
+	locksLost                     float64
+	elapsed                       time.Duration
+	p50, p99                      time.Duration
+	answers                       map[string]int
+	unsent                        int
+}
+
+func (r modeResult) oversold() int64 { return max(0, r.orders-int64(r.initial)) }
+
+// drift is initial - left - orders: units sold whose deduction was lost
+// (negative), or units deducted without an order (positive).
+func (r modeResult) drift() int64 { return int64(r.initial-r.stockLeft) - r.orders }
+
+// runDemo prints the demo's settings and runs its sales.
+func runDemo(ctx context.Context, dc *demoConfig, b *Backends, pol *guard.Policies, stdout, progress io.Writer) ([]modeResult, error) {
+	admin, err := b.OpenDB()
+	if err != nil {
+		return nil, err
+	}
+	defer closeDB(admin)
+	if err := migrate(ctx, admin); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "%d instances on loopback ports, each with its own Redis client, database pool and gin engine\n", dc.instances)
+	fmt.Fprintf(stdout, "Redis: %s\ndatabase: %s\n", b.Redis, b.Database)
+	fmt.Fprintf(stdout, "per sale: %d units, %d buyers (%.0f%% click twice), %d requests in flight; hold-delay %v in %.0f%% of purchases; guard-lease lease %v\n\n",
+		dc.stock, dc.buyers, dc.repeat*100, dc.concurrency, dc.holdDelay, dc.holdRate*100, dc.lease)
+
+	run := make([]byte, 6)
+	_, _ = rand.Read(run)
+	var results []modeResult
+	for _, mode := range dc.modes {
+		r, err := runSale(ctx, dc, b, admin, pol, mode, hex.EncodeToString(run), progress)
+		if err != nil {
+			return results, fmt.Errorf("mode %s: %w", mode, err)
+		}
+		results = append(results, r)
+		if ctx.Err() != nil {
+			return results, ctx.Err()
+		}
+	}
+	if dc.verbose {
+		for _, r := range results {
+			fmt.Fprintf(stdout, "%-12s answers: %s\n", r.mode, formatAnswers(r.answers))
+		}
+		fmt.Fprintln(stdout)
+	}
+	return results, nil
+}
+
+// runSale starts the instances of one mode, resets the mode's SKU through
+// the service, lets the buyers loose, and reads the outcome back from the
+// database.
+func runSale(ctx context.Context, dc *demoConfig, b *Backends, admin *gorm.DB, pol *guard.Policies, mode Mode, run string, progress io.Writer) (modeResult, error) {
+	log := slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelError}))
+	cfg := dc.config(mode, pol, log)
+	var instances []*instance
+	defer func() {
+		for _, in := range instances {
+			in.stop() // every buyer has had an answer
+		}
+	}()
+	urls := make([]string, 0, dc.instances)
+	for range dc.instances {
+		in, err := startInstance(ctx, b, cfg, "127.0.0.1:0", false)
+		if err != nil {
+			return modeResult{}, err
+		}
+		instances = append(instances, in)
+		urls = append(urls, in.url)
+	}
+	client := newClient(dc.concurrency)
+	defer client.CloseIdleConnections()
+
+	sku := "demo-" + string(mode)
+	if err := resetProduct(ctx, client, urls[0], sku, dc.stock); err != nil {
+		return modeResult{}, err
+	}
+	s := &sale{
+		urls: urls, sku: sku, buyers: dc.buyers, repeat: dc.repeat, concurrency: dc.concurrency,
+		deadline: time.Now().Add(dc.duration), keyPrefix: run + "-" + string(mode),
+		client: client, progress: newProgressBar(progress, string(mode)),
+	}
+	sr := s.run(ctx)
+	if err := ctx.Err(); err != nil {
+		return modeResult{}, err
+	}
+
+	r := modeResult{mode: mode, initial: dc.stock, requests: sr.requests, elapsed: sr.elapsed, answers: sr.answers, unsent: sr.unsent}
+	lat := sortedLatencies(sr.latencies)
+	r.p50, r.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	for _, in := range instances {
+		reg := in.svc.Registry()
+		r.refusedLockLost += counterValue(reg, "seckill_stale_writes_refused_total", "by", refusedLockLost)
+		r.refusedFence += counterValue(reg, "seckill_stale_writes_refused_total", "by", refusedFence)
+		r.locksLost += counterValue(reg, "seckillguard_lock_lost_total", "", "")
+	}
+	if err := readBack(ctx, admin, sku, &r); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// resetProduct puts the SKU on sale with stock units, deleting its orders,
+// through the admin endpoint. Under a short fixed lease (guard-lease) a slow
+// reset may lose its lock and be refused (409); it is sent again then.
+func resetProduct(ctx context.Context, client *http.Client, url, sku string, stock int) error {
+	body := fmt.Sprintf(`{"sku":%q,"name":"Demo item","stock":%d,"price":9900}`, sku, stock)
+	for attempt := 1; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/api/admin/products", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("reset %s: %w", sku, err)
+		}
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		switch answer := answerOf(resp.StatusCode, data); {
+		case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated:
+			return nil
+		case attempt < 10 && (answer == "409 stale_write" || answer == "409 lock_lost"):
+			continue
+		}
+		return fmt.Errorf("reset %s: %s %s", sku, resp.Status, data)
+	}
+}
+
+// readBack fills in what the database holds for the SKU.
+func readBack(ctx context.Context, db *gorm.DB, sku string, r *modeResult) error {
+	db = db.WithContext(ctx)
+	var p Product
+	if err := db.Where("sku = ?", sku).Take(&p).Error; err != nil {
+		return fmt.Errorf("read back %s: %w", sku, err)
+	}
+	var users int64
+	if err := db.Model(&Order{}).Where("sku = ?", sku).Count(&r.orders).Error; err != nil {
+		return fmt.Errorf("count the orders of %s: %w", sku, err)
+	}
+	if err := db.Model(&Order{}).Where("sku = ?", sku).Distinct("user_id").Count(&users).Error; err != nil {
+		return fmt.Errorf("count the buyers of %s: %w", sku, err)
+	}
+	r.stockLeft = p.Stock
+	r.duplicates = r.orders - users
+	return nil
+}
+
+// counterValue sums the counter name over the series whose label has value
+// (all series when label is "").
+func counterValue(reg *prometheus.Registry, name, label, value string) float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := label == ""
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					match = true
+				}
+			}
+			if match {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// printTable prints the demo's one table and what its columns mean.
+func printTable(w io.Writer, results []modeResult) {
+	header := []string{"mode", "requests", "orders", "stock left", "oversold", "drift", "dup orders", "stale: lock lost", "stale: fence", "req/s", "p50", "p99"}
+	rows := [][]string{header}
+	for _, r := range results {
+		lost, fence := "-", "-"
+		if r.mode.guarded() {
+			lost, fence = fmt.Sprint(int64(r.refusedLockLost)), fmt.Sprint(int64(r.refusedFence))
+		}
+		rps := 0.0
+		if r.elapsed > 0 {
+			rps = float64(r.requests) / r.elapsed.Seconds()
+		}
+		rows = append(rows, []string{
+			string(r.mode), fmt.Sprint(r.requests), fmt.Sprint(r.orders), fmt.Sprint(r.stockLeft),
+			fmt.Sprint(r.oversold()), fmt.Sprint(r.drift()), fmt.Sprint(r.duplicates), lost, fence,
+			fmt.Sprintf("%.0f", rps), formatLatency(r.p50), formatLatency(r.p99),
+		})
+	}
+	widths := make([]int, len(header))
+	for _, row := range rows {
+		for i, cell := range row {
+			widths[i] = max(widths[i], len(cell))
+		}
+	}
+	for _, row := range rows {
+		var b strings.Builder
+		for i, cell := range row {
+			if i == 0 {
+				fmt.Fprintf(&b, "%-*s", widths[i], cell)
+				continue
+			}
+			fmt.Fprintf(&b, "  %*s", widths[i], cell)
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "orders, stock left and dup orders are read from the database after each sale.")
+	fmt.Fprintln(w, "oversold = orders beyond the initial stock; drift = initial - left - orders (negative: units sold whose deduction was lost);")
+	fmt.Fprintln(w, "dup orders = orders beyond one per buyer (the unique index allows none).")
+	fmt.Fprintln(w, "stale: writes refused by the backstop, counted by the instances: \"lock lost\" = refused before they were sent,")
+	fmt.Fprintln(w, "because the lock's context was cancelled when its lease ran out; \"fence\" = refused by the database, whose row")
+	fmt.Fprintln(w, "carried a newer token. req/s, p50 and p99 are measured by the buyers over all requests, retries included.")
+	for _, r := range results {
+		if r.unsent > 0 {
+			fmt.Fprintf(w, "%s: %d clicks were not sent before -duration ran out.\n", r.mode, r.unsent)
+		}
+	}
+}
+
+func formatLatency(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func formatAnswers(answers map[string]int) string {
+	keys := make([]string, 0, len(answers))
+	for k := range answers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s x%d", k, answers[k])
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/seckillguard/seckillguard/ginmw"
+	"github.com/seckillguard/seckillguard/gormplugin"
+)
+
+// product answers the SKU's current state.
+func (s *Service) product(c *gin.Context) {
+	var p Product
+	err := s.db.WithContext(c.Request.Context()).Where("sku = ?", c.Param("sku")).Take(&p).Error
+	switch {
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		ginmw.Abort(c, http.StatusNotFound, "not_found")
+	case err != nil:
+		s.internal(c, "read the product", err)
+	default:
+		c.JSON(http.StatusOK, p)
+	}
+}
+
+// productInput is the body of POST /api/admin/products.
+type productInput struct {
+	SKU   string `json:"sku"`
+	Name  string `json:"name"`
+	Stock *int   `json:"stock"`
+	Price int64  `json:"price"`
+}
+
+// putProduct creates a product, or resets one: name, stock and price are
+// replaced and the SKU's orders deleted, so that a sale can be run again
+// (the demo does, once per mode). 201 when created, 200 when reset. The
+// policy file locks it on the SKU like a purchase, so a reset never
+// interleaves with a sale's read-and-write.
+//
+// It has no authentication: this is a demo service, not for the internet.
+func (s *Service) putProduct(c *gin.Context) {
+	var in productInput
+	if err := c.ShouldBindJSON(&in); err != nil {
+		ginmw.Abort(c, http.StatusBadRequest, "bad_body", ginmw.Extra("detail", err.Error()))
+		return
+	}
+	switch {
+	case !validID(in.SKU):
+		ginmw.Abort(c, http.StatusBadRequest, "bad_sku", ginmw.Extra("detail", "sku: 1 to 64 letters, digits and . _ : -"))
+		return
+	case in.Stock == nil || *in.Stock < 0:
+		ginmw.Abort(c, http.StatusBadRequest, "bad_stock", ginmw.Extra("detail", "stock: a number >= 0"))
+		return
+	case in.Price < 0 || len(in.Name) > 255:
+		ginmw.Abort(c, http.StatusBadRequest, "bad_product", ginmw.Extra("detail", "price >= 0, name up to 255 bytes"))
+		return
+	}
+	ctx := c.Request.Context()
+	p := Product{SKU: in.SKU, Name: in.Name, Stock: *in.Stock, Price: in.Price}
+	created := false
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&Product{}).Where("sku = ?", p.SKU).
+			Updates(map[string]any{"name": p.Name, "stock": p.Stock, "price": p.Price})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			created = true
+			return tx.Create(&p).Error
+		}
+		return tx.Where("sku = ?", p.SKU).Delete(&Order{}).Error
+	})
+	switch {
+	case err == nil:
+		s.soldOut.forget(p.SKU)
+		status := http.StatusOK
+		if created {
+			status = http.StatusCreated
+		}
+		c.JSON(status, p)
+	case s.refused(c, ctx, err):
+	case errors.Is(err, gormplugin.ErrDuplicate):
+		ginmw.Abort(c, http.StatusConflict, "conflict", ginmw.Extra("detail", "created concurrently; send it again"))
+	default:
+		s.internal(c, "write the product", err)
+	}
+}

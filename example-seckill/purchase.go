@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/ginmw"
+	"github.com/seckillguard/seckillguard/gormplugin"
+	"github.com/seckillguard/seckillguard/guard"
+)
+
+// What refused a stale purchase write (the "by" label of
+// seckill_stale_writes_refused_total).
+const (
+	// The lock's context was cancelled (the lease ran out, or the watchdog
+	// found the lock gone) before the write was sent: the plugin, or
+	// database/sql for a transaction not yet begun, refused it in the
+	// process.
+	refusedLockLost = "lock_lost"
+	// The write reached the database, whose fence column held a newer
+	// token: another holder had written the row since.
+	refusedFence = "fence"
+)
+
+// buy sells one unit of the SKU to the buyer, the way the seeds' template
+// does: read the stock, check it, deduct in the application (stock = read -
+// 1), create the order. In the guard modes it runs inside the lock of the
+// policy file, with the lock's context as request context, so both writes
+// carry the fencing token; they share one transaction, so an order refused
+// by a unique index (the user already bought, or the idempotency key was
+// used) gives its unit back. Nothing inside calls another service.
+//
+//	201 the order                       409 {"error":"sold_out"}
+//	409 {"error":"already_purchased"}   404 {"error":"not_found"}
+//	409 stale_write / lock_lost: the lock was lost and nothing was written
+func (s *Service) buy(c *gin.Context) {
+	ctx := c.Request.Context()
+	sku, user := c.Param("sku"), c.GetString(userKey)
+	if s.guard != nil && guard.Key(c) == "" {
+		// The policy file does not lock this route: refuse loudly rather
+		// than sell without the lock.
+		s.log.Error("seckill: purchase reached without a lock; check the lock entry of POST " + routeBuy + " in the policy file")
+		ginmw.Abort(c, http.StatusInternalServerError, "not_locked")
+		return
+	}
+	db := s.db.WithContext(ctx)
+
+	var p Product
+	if err := db.Where("sku = ?", sku).Take(&p).Error; err != nil {
+		switch {
+		case errors.Is(err, gorm.ErrRecordNotFound):
+			ginmw.Abort(c, http.StatusNotFound, "not_found")
+		case !s.refused(c, ctx, err):
+			s.internal(c, "read the product", err)
+		}
+		return
+	}
+	if p.Stock <= 0 {
+		s.soldOut.mark(sku)
+		ginmw.Abort(c, http.StatusConflict, "sold_out")
+		return
+	}
+
+	s.pause()
+
+	left := p.Stock - 1
+	order := Order{UserID: user, SKU: sku}
+	if rec, ok := guard.IdempotencyRecord(c); ok {
+		order.IdempotencyKey = &rec
+	}
+	err := db.Transaction(func(tx *gorm.DB) error {
+		// UPDATE products SET stock = <left>, fence = <token>
+		// WHERE sku = ? AND fence <= <token>
+		res := tx.Model(&Product{}).Where("sku = ?", sku).Update("stock", left)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			return gorm.ErrRecordNotFound // deleted meanwhile
+		}
+		return tx.Create(&order).Error
+	})
+	switch {
+	case err == nil:
+		s.orders.Inc()
+		if left == 0 {
+			s.soldOut.mark(sku)
+		}
+		c.JSON(http.StatusCreated, order)
+	case s.refused(c, ctx, err):
+	case errors.Is(err, gormplugin.ErrDuplicate):
+		s.duplicate(c, ctx, order, err)
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		ginmw.Abort(c, http.StatusNotFound, "not_found")
+	default:
+		s.internal(c, "write the order", err)
+	}
+}
+
+// pause sleeps HoldDelay in HoldRate of the purchases. It does not watch the
+// context: a GC pause does not notice that the lock is gone either.
+func (s *Service) pause() {
+	d, rate := s.cfg.HoldDelay, s.cfg.HoldRate
+	if d <= 0 || (rate > 0 && rate < 1 && rand.Float64() >= rate) {
+		return
+	}
+	time.Sleep(d)
+}
+
+// refused reports whether err means that the backstop refused the
+// purchase's writes because the lock was lost or overtaken, counts it, and
+// hands it to the lock middleware, which answers 409 ("stale_write", or
+// "lock_lost" when the transaction could not even begin).
+func (s *Service) refused(c *gin.Context, ctx context.Context, err error) bool {
+	var se *fencing.StaleError
+	switch {
+	case errors.As(err, &se) && se.Current.Valid():
+		s.stale.WithLabelValues(refusedFence).Inc()
+	case errors.Is(err, fencing.ErrStale) || guard.Lost(ctx):
+		s.stale.WithLabelValues(refusedLockLost).Inc()
+	default:
+		return false
+	}
+	_ = c.Error(err)
+	if s.guard == nil || guard.Key(c) == "" {
+		// No lock middleware to answer (cannot happen without a token).
+		ginmw.Abort(c, http.StatusConflict, "stale_write")
+	}
+	return true
+}
+
+// duplicate answers a purchase whose order a unique index refused: the
+// order of the same idempotency key if there is one (the first request
+// succeeded, and its Redis record was lost: expired, flushed or failed
+// over), else already_purchased.
+func (s *Service) duplicate(c *gin.Context, ctx context.Context, order Order, err error) {
+	if order.IdempotencyKey != nil {
+		var first Order
+		// A read, safe without the lock.
+		ferr := s.db.WithContext(context.WithoutCancel(ctx)).Where("idempotency_key = ?", *order.IdempotencyKey).Take(&first).Error
+		if ferr == nil {
+			c.Header(guard.ReplayedHeader, "true")
+			c.JSON(http.StatusCreated, first)
+			return
+		}
+		if !errors.Is(ferr, gorm.ErrRecordNotFound) {
+			s.internal(c, "find the order of an idempotency key", ferr)
+			return
+		}
+	}
+	var de *gormplugin.DuplicateError
+	if errors.As(err, &de) && de.Index == indexUserSKU {
+		ginmw.Abort(c, http.StatusConflict, "already_purchased")
+		return
+	}
+	s.internal(c, "create the order", err)
+}
+
+// internal answers 500 and logs why.
+func (s *Service) internal(c *gin.Context, what string, err error) {
+	s.log.Error("seckill: "+what, "path", c.Request.URL.Path, "err", err)
+	_ = c.Error(err)
+	ginmw.Abort(c, http.StatusInternalServerError, "internal")
+}
+
+// admit runs before the lock on the purchase route: it refuses a request
+// without a buyer, and answers sold_out from memory once the instance has
+// seen the SKU's stock at 0, so that the crowd arriving after the sale
+// never queues for the lock.
+//
+// A request that carries an Idempotency-Key from a buyer who holds an order
+// goes on, though: it may be the retry of a purchase whose answer was lost,
+// and the idempotency middleware replays that answer (the order), which
+// sold_out would contradict.
+func (s *Service) admit(c *gin.Context) {
+	if c.Request.Method != http.MethodPost || c.FullPath() != routeBuy {
+		return
+	}
+	user := c.GetString(userKey)
+	if user == "" {
+		ginmw.Abort(c, http.StatusBadRequest, "user_required", ginmw.Extra("detail", "send the buyer's id in X-User-ID"))
+		return
+	}
+	sku := c.Param("sku")
+	if !s.soldOut.known(sku) {
+		return
+	}
+	if c.GetHeader("Idempotency-Key") != "" {
+		var n int64
+		err := s.db.WithContext(c.Request.Context()).Model(&Order{}).Where("user_id = ? AND sku = ?", user, sku).Count(&n).Error
+		if err != nil || n > 0 {
+			return
+		}
+	}
+	s.fast.Inc()
+	ginmw.Abort(c, http.StatusConflict, "sold_out")
+}
+
+// soldOutFor is how long an instance trusts that a SKU is sold out before
+// it looks again (through the lock): an admin reset on another instance is
+// seen after at most this long.
+const soldOutFor = time.Second
+
+// soldOutMemory remembers the SKUs this instance has seen sold out.
+type soldOutMemory struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func (m *soldOutMemory) known(sku string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.until[sku]
+	if ok && time.Now().After(t) {
+		delete(m.until, sku)
+		return false
+	}
+	return ok
+}
+
+func (m *soldOutMemory) mark(sku string) {
+	m.mu.Lock()
+	m.until[sku] = time.Now().Add(soldOutFor)
+	m.mu.Unlock()
+}
+
+func (m *soldOutMemory) forget(sku string) {
+	m.mu.Lock()
+	delete(m.until, sku)
+	m.mu.Unlock()
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// serve runs one instance of the service until ctx ends.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: example-seckill [serve] [flags]\n\nServes the flash-sale service. REDIS_URL and MYSQL_DSN select real servers; unset, it embeds miniredis and SQLite.")
+		fs.PrintDefaults()
+	}
+	addr := fs.String("addr", ":8080", "listen address")
+	modeName := fs.String("mode", string(ModeGuard), "none, local, guard or guard-lease (see the demo)")
+	var k knobs
+	k.register(fs, knobs{holdRate: 1, watchdog: lock.DefaultWatchdogTimeout, lease: 5 * time.Second})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	mode, err := parseMode(*modeName)
+	if err != nil {
+		return err
+	}
+	if err := k.check(); err != nil {
+		return err
+	}
+	pol, polName, err := k.loadPolicies()
+	if err != nil {
+		return err
+	}
+
+	b, err := OpenBackends(getenv, k.sqlite)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	in, err := startInstance(ctx, b, k.config(mode, pol, log), *addr, true)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "example-seckill: listening on %s, mode %s; Redis: %s; database: %s; policies: %s\n",
+		hostPort(in.ln.Addr()), mode, b.Redis, b.Database, polName)
+
+	select {
+	case <-ctx.Done():
+	case err = <-in.served:
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if cerr := in.close(shutdown); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// instance is the service running on a listener, with its own Redis
+// client, database pool and gin engine.
+type instance struct {
+	svc    *Service
+	srv    *http.Server
+	ln     net.Listener
+	rdb    *redis.Client
+	db     *gorm.DB
+	url    string     // http://host:port
+	served chan error // the server's end, if it ends by itself
+}
+
+// startInstance opens a client and a pool on b, creates the schema when
+// asked, and serves the service on addr.
+func startInstance(ctx context.Context, b *Backends, cfg Config, addr string, createSchema bool) (*instance, error) {
+	in := &instance{rdb: b.NewRedis(), served: make(chan error, 1)}
+	fail := func(err error) (*instance, error) {
+		_ = in.rdb.Close()
+		if in.db != nil {
+			closeDB(in.db)
+		}
+		if in.svc != nil {
+			_ = in.svc.Close()
+		}
+		return nil, err
+	}
+	db, err := b.OpenDB()
+	if err != nil {
+		return fail(err)
+	}
+	in.db = db
+	if err := ping(ctx, in.rdb, db); err != nil {
+		return fail(err)
+	}
+	if createSchema {
+		if err := migrate(ctx, db); err != nil {
+			return fail(err)
+		}
+	}
+	if in.svc, err = NewService(cfg, in.rdb, db); err != nil {
+		return fail(err)
+	}
+	if in.ln, err = net.Listen("tcp", addr); err != nil {
+		return fail(err)
+	}
+	in.url = "http://" + hostPort(in.ln.Addr())
+	in.srv = &http.Server{Handler: in.svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		err := in.srv.Serve(in.ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		in.served <- err
+	}()
+	return in, nil
+}
+
+// close drains the server (requests in flight finish) and closes what the
+// instance opened.
+func (in *instance) close(ctx context.Context) error {
+	err := in.srv.Shutdown(ctx)
+	if err != nil {
+		_ = in.srv.Close()
+	}
+	in.release()
+	return err
+}
+
+// stop closes the server and its connections at once, for when no request
+// is in flight (a connection a client dialed and never used would hold up
+// Shutdown for 5s), and closes what the instance opened.
+func (in *instance) stop() {
+	_ = in.srv.Close()
+	in.release()
+}
+
+func (in *instance) release() {
+	_ = in.svc.Close()
+	_ = in.rdb.Close()
+	closeDB(in.db)
+}

@@ -209,6 +209,7 @@ func (r *results) addContended(sc scenario, c contender, x contended) {
 	r.add(id, lib, "acq/s", n/x.window.Seconds())
 	r.add(id, lib, "p50", percentile(x.waits, 50)/1e6)
 	r.add(id, lib, "p99", percentile(x.waits, 99)/1e6)
+	r.add(id, lib, "p99served", percentile(x.served, 99)/1e6)
 	maxWait := math.NaN()
 	if len(x.waits) > 0 {
 		maxWait = float64(x.waits[len(x.waits)-1]) / 1e6
@@ -251,9 +252,10 @@ func (r *results) addHeld(h held, watchdog time.Duration) {
 	}
 	r.add("held", row, "callsps", float64(h.scriptCalls)/sec)
 	r.add("held", row, "renewedps", float64(h.renewed)/sec)
+	r.add("held", row, "lostTaking", float64(h.lostTaking))
 	r.add("held", row, "lost", float64(h.lost))
 	if h.lost > 0 {
-		r.note("held %d: %d locks were lost while held (%s): a renewal pass came later than the lease of %v", h.n, h.lost, h.lostWhy, watchdog)
+		r.note("held %d: %d locks were lost, %d of them before the last was taken (first cause: %s); lease %v", h.n, h.lost, h.lostTaking, h.lostWhy, watchdog)
 	}
 	if h.single > 0 {
 		r.note("held %d: %d non-pipelined commands were sent while the locks were only held", h.n, h.single)

@@ -147,6 +147,7 @@ type contended struct {
 	unserved     int             // goroutines that did not acquire once in the window
 	window       time.Duration   // its length
 	waits        []time.Duration // sorted; waits still going on when the drain ended are included with their length so far
+	served       []time.Duration // sorted: the waits of the acquisitions made in the window, and only those
 	censored     int             // how many of the waits were cut short that way
 	errors       int64           // failed lock or unlock calls (not counting the end of the run)
 	cost         cost            // during the window
@@ -191,6 +192,7 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 		wg        sync.WaitGroup
 		start     = make(chan struct{})
 		perG      = make([][]time.Duration, ld.clients*ld.goroutines)
+		perGDone  = make([][]time.Duration, ld.clients*ld.goroutines)
 		perClient = make([]atomic.Int64, ld.clients)
 		unserved  atomic.Int64
 	)
@@ -205,9 +207,10 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 				defer wg.Done()
 				ms := make([]mutex, ld.keys)
 				waits := make([]time.Duration, 0, 512)
+				done := make([]time.Duration, 0, 512)
 				served := 0
 				defer func() {
-					perG[slot] = waits
+					perG[slot], perGDone[slot] = waits, done
 					if served == 0 {
 						unserved.Add(1)
 					}
@@ -256,6 +259,7 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 					if phase.Load() == phaseWindow {
 						perClient[i].Add(1)
 						served++
+						done = append(done, w)
 					}
 					critical(ld.hold)
 					if err := ms[k].unlock(); err != nil {
@@ -319,6 +323,10 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 	for _, w := range perG {
 		out.waits = append(out.waits, w...)
 	}
+	for _, w := range perGDone {
+		out.served = append(out.served, w...)
+	}
+	sortDurations(out.served)
 	sortDurations(out.waits)
 	return out, nil
 }
@@ -434,6 +442,7 @@ type held struct {
 	passes      int           // renewal passes in the window
 	busy        time.Duration // time spent in those round trips
 	renewed     int64         // PEXPIREs Redis ran in the window
+	lostTaking  int           // locks already lost when the last was taken
 	lost        int           // locks lost from acquisition to the end of the window
 	lostWhy     string        // the first lost lock's cause
 }
@@ -580,6 +589,11 @@ func runHeld(ctx context.Context, e *env, n int, watchdog, window time.Duration,
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	out := held{n: n, acquire: acquire, goroutines: runtime.NumGoroutine() - g0}
+	for _, h := range ctxs {
+		if h.Err() != nil {
+			out.lostTaking++
+		}
+	}
 	if ms.HeapAlloc > heap0 {
 		out.heap = ms.HeapAlloc - heap0
 	}

@@ -284,8 +284,11 @@ func TestMutex_WaiterWakesOnUnlockNotAtLeaseExpiry(t *testing.T) {
 		worst = max(worst, at.Sub(unlocked))
 	}
 	t.Logf("worst wake-up latency after unlock: %v", worst)
-	if worst > 100*time.Millisecond {
-		t.Fatalf("waiter acquired %v after unlock; want well under 100ms (pushed wake-up)", worst)
+	// A wake-up is a pub/sub message: milliseconds. The bound leaves room for
+	// a loaded machine and is still far below the 30s lease a missed message
+	// would cost.
+	if worst > 500*time.Millisecond {
+		t.Fatalf("waiter acquired %v after unlock; want well under 500ms (pushed wake-up)", worst)
 	}
 }
 

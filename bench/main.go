@@ -6,7 +6,7 @@
 //
 // From the repository root:
 //
-//	go -C bench run .            # the full run (about 8 minutes on 2 cores)
+//	go -C bench run .            # the full run (7–9 minutes on 2 cores)
 //	go -C bench run . -quick     # one short round (under a minute)
 //
 // It never touches a Redis it did not start (it needs redis-server in PATH).

@@ -196,6 +196,11 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 		perClient = make([]atomic.Int64, ld.clients)
 		unserved  atomic.Int64
 	)
+	// On every return: stop the goroutines before the instances close.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	left.Store(ld.count)
 	if ld.count > 0 {
 		phase.Store(phaseWindow)
@@ -215,7 +220,11 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 						unserved.Add(1)
 					}
 				}()
-				<-start
+				select {
+				case <-start:
+				case <-runCtx.Done():
+					return
+				}
 				for runCtx.Err() == nil {
 					if ld.count > 0 && left.Add(-1) < 0 {
 						return

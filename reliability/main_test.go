@@ -1,12 +1,14 @@
 package reliability
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/internal/faults"
 )
@@ -14,8 +16,15 @@ import (
 // binDir holds the binaries the suite builds once per run.
 var binDir string
 
+// silentRedis drops go-redis's own log lines (dial failures during a
+// failover, reconnects): the scenarios provoke them on purpose.
+type silentRedis struct{}
+
+func (silentRedis) Printf(context.Context, string, ...any) {}
+
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.TestMode)
+	redis.SetLogger(silentRedis{})
 	dir, err := os.MkdirTemp("", "reliability-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -76,7 +76,17 @@ type Process struct {
 // Start runs bin with args.
 func Start(t testing.TB, bin string, args ...string) *Process {
 	t.Helper()
+	return StartWith(t, nil, bin, args...)
+}
+
+// StartWith runs bin with args and, besides the test's environment, the
+// variables env ("NAME=value").
+func StartWith(t testing.TB, env []string, bin string, args ...string) *Process {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &Process{t: t, name: filepath.Base(bin), cmd: cmd, change: make(chan struct{})}
 	in, err := cmd.StdinPipe()

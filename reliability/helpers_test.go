@@ -39,6 +39,18 @@ func registers(t testing.TB, names ...string) (*gorm.DB, string) {
 	return db, dsn
 }
 
+// openPlain opens the database dsn with gormplugin, for checks that read.
+func openPlain(t testing.TB, dsn string) *gorm.DB {
+	t.Helper()
+	db, err := faults.OpenDB(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := db.DB()
+	t.Cleanup(func() { sqlDB.Close() })
+	return db
+}
+
 // closeDB closes db's connections.
 func closeDB(t testing.TB, db *gorm.DB) {
 	t.Helper()

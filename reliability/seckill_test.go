@@ -1,0 +1,204 @@
+package reliability
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckillguard/seckillguard/internal/faults"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+)
+
+// seckillPackage is the reference flash-sale service.
+const seckillPackage = "github.com/seckillguard/seckillguard/example-seckill"
+
+// seckillProcess is one running instance of the reference service.
+type seckillProcess struct {
+	*faults.Process
+	url string
+}
+
+var listening = regexp.MustCompile(`listening on (\S+),`)
+
+// startSeckill runs the reference service's binary on a free port against
+// REDIS_URL and MYSQL_DSN of env and waits until it listens.
+func startSeckill(t *testing.T, bin string, env []string, args ...string) *seckillProcess {
+	t.Helper()
+	p := faults.StartWith(t, env, bin, append([]string{"serve", "-addr", "127.0.0.1:0"}, args...)...)
+	line := p.Await(30*time.Second, "the listening line", func(l []byte) bool { return listening.Match(l) })
+	return &seckillProcess{Process: p, url: "http://" + string(listening.FindSubmatch(line)[1])}
+}
+
+// metric returns the sum of the samples of the counter name on the
+// instance's /metrics whose labels contain labels.
+func (p *seckillProcess) metric(t *testing.T, name, labels string) float64 {
+	t.Helper()
+	resp, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || !strings.Contains(line, labels) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// The seeds' GC pause on the reference service: three example-seckill
+// processes sell one SKU; one of them is frozen with SIGSTOP while it holds
+// the SKU's lock, for longer than its watchdog timeout, and then resumed.
+// The other two sell on; the resumed process's late writes are refused and
+// counted in its metrics; nothing is oversold and no buyer has two orders.
+func TestSeckill_InstancePausedMidSaleOversellsNothing(t *testing.T) {
+	const (
+		sku      = "sku-1"
+		stock    = 60
+		buyers   = 150
+		workers  = 12
+		watchdog = time.Second
+		pause    = 2500 * time.Millisecond
+	)
+	bin := binary(t, seckillPackage)
+	srv := testenv.Redis(t)
+	dsn := testenv.MySQL(t)
+	env := []string{"REDIS_URL=redis://" + srv.Addr, "MYSQL_DSN=" + dsn}
+	args := []string{"-watchdog", watchdog.String(), "-hold-delay", "20ms"}
+	var procs []*seckillProcess
+	for range 3 {
+		procs = append(procs, startSeckill(t, bin, env, args...))
+	}
+	resp, err := http.Post(procs[0].url+"/api/admin/products", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"sku":%q,"name":"reliability","stock":%d}`, sku, stock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("resetting the product: %d", resp.StatusCode)
+	}
+	victim := procs[1]
+	owner := lockOwner(t, srv, victim.url, sku) // the victim's lock client id
+	res := &saleResult{statuses: make(map[string]int), ordered: []string{"probe"}}
+
+	var paused sync.WaitGroup
+	var once sync.Once
+	var stoppedFor time.Duration
+	urls := []string{procs[0].url, procs[1].url, procs[2].url}
+	sale := sell(t, urls, sku, buyers, workers, func(done int) {
+		if done < buyers/6 {
+			return
+		}
+		once.Do(func() {
+			paused.Add(1)
+			go func() {
+				defer paused.Done()
+				// Freeze the victim while it holds the SKU's lock.
+				deadline := time.Now().Add(10 * time.Second)
+				for !heldBy(t, srv, "sku:"+sku, owner) {
+					if time.Now().After(deadline) {
+						t.Error("the victim never held the lock during the sale")
+						return
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+				victim.Stop()
+				start := time.Now()
+				time.Sleep(pause)
+				victim.Cont()
+				stoppedFor = time.Since(start)
+			}()
+		})
+	})
+	paused.Wait()
+	res.ordered = append(res.ordered, sale.ordered...)
+	res.statuses = sale.statuses
+
+	db := openPlain(t, dsn)
+	orders := checkSaleIn(t, db, "products", "orders", sku, stock, res)
+	late := victim.metric(t, "seckill_stale_writes_refused_total", "")
+	lost := victim.metric(t, "seckillguard_lock_lost_total", "")
+	t.Logf("victim frozen %v holding the lock; %d orders of %d units; the victim refused %v late writes and lost %v locks; answers %v",
+		stoppedFor.Round(time.Millisecond), orders, stock, late, lost, sale.statuses)
+	if late < 1 {
+		t.Errorf("the resumed victim counted %v refused writes, want its late write refused and counted", late)
+	}
+	if orders != stock {
+		t.Errorf("%d orders for %d units and %d buyers: the sale did not go on", orders, stock, buyers)
+	}
+	for _, p := range procs {
+		if s := p.Stderr(); strings.Contains(s, "panic") || strings.Contains(s, "DATA RACE") {
+			t.Errorf("an instance reported trouble:\n%s", s)
+		}
+	}
+}
+
+// lockOwner buys one unit through the instance at url, alone, and returns
+// the lock client id ("<uuid>:") that held the SKU's lock meanwhile.
+func lockOwner(t *testing.T, srv *testenv.RedisServer, url, sku string) string {
+	t.Helper()
+	rdb := srv.Client()
+	found := make(chan string, 1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fields, _ := rdb.HKeys(t.Context(), "sku:"+sku).Result()
+			if len(fields) == 1 {
+				if i := strings.LastIndexByte(fields[0], ':'); i > 0 {
+					found <- fields[0][:i+1]
+					return
+				}
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	req, _ := http.NewRequest(http.MethodPost, url+"/api/seckill/"+sku, nil)
+	req.Header.Set("X-User-ID", "probe")
+	resp, err := http.DefaultClient.Do(req)
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("probe purchase: %d", resp.StatusCode)
+	}
+	select {
+	case o := <-found:
+		return o
+	default:
+		t.Fatal("the probe purchase's lock was never seen in Redis")
+		return ""
+	}
+}
+
+// heldBy reports whether the lock hash key has a field of owner.
+func heldBy(t *testing.T, srv *testenv.RedisServer, key, owner string) bool {
+	fields, _ := srv.Do("HKEYS", key).([]any)
+	for _, f := range fields {
+		if s, _ := f.(string); strings.HasPrefix(s, owner) {
+			return true
+		}
+	}
+	return false
+}

@@ -55,7 +55,7 @@ func OpenBackends(getenv func(string) string, sqlitePath string) (*Backends, err
 			return nil, fmt.Errorf("%s: %w", envRedisURL, err)
 		}
 		b.redisOpts = opts
-		b.Redis = fmt.Sprintf("Redis %s db %d (%s)", opts.Addr, opts.DB, envRedisURL)
+		b.Redis = fmt.Sprintf("%s db %d (%s)", opts.Addr, opts.DB, envRedisURL)
 	} else {
 		m := miniredis.NewMiniRedis()
 		// Real Redis expires keys as time passes; miniredis only when told.

@@ -104,7 +104,7 @@ func TestServe_PoliciesFlagReplacesTheBuiltInFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	line, url := startServe(t, map[string]string{envRedisURL: "redis://" + rs.Addr}, "-policies", file)
-	if !strings.Contains(line, file) || !strings.Contains(line, "Redis 127.0.0.1") {
+	if !strings.Contains(line, file) || !strings.Contains(line, "Redis: 127.0.0.1") {
 		t.Errorf("startup line %q does not name the policy file and the Redis", line)
 	}
 

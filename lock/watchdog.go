@@ -1,7 +1,6 @@
 package lock
 
 import (
-	"context"
 	"sort"
 	"strconv"
 	"sync"
@@ -103,22 +102,39 @@ func (w *watchdog) loop() {
 		case <-w.c.done:
 			return
 		}
-		next := w.renew()
-		if next < 0 {
+		began := time.Now()
+		retry := w.renew()
+		if retry < 0 {
 			select {
 			case <-w.kick:
 			case <-w.c.done:
 				return
 			}
-			next = w.period
+			t.Reset(w.period)
+			continue
 		}
-		t.Reset(next)
+		// Passes keep their schedule: the next starts a period after this one
+		// began, however long this one took, or sooner to retry failures.
+		next := began.Add(w.period)
+		if r := time.Now().Add(retry); r.Before(next) {
+			next = r
+		}
+		t.Reset(max(time.Until(next), 0))
 	}
 }
 
-// renew extends every hold once and returns when to run again (<0: nothing
-// is held; wait for the next hold).
+// due reports whether a lock renewed until until needs renewing in a pass
+// that runs at now: every lock on a regular pass (renewed about a period
+// ago), only those whose last renewal failed on a retry pass.
+func (w *watchdog) due(until, now time.Time) bool {
+	return until.Sub(now) < w.c.opts.watchdogTimeout-w.period/2
+}
+
+// renew extends every hold that is due once and returns how soon to retry
+// the ones that failed (a period when none did; <0 when nothing is held:
+// wait for the next hold).
 func (w *watchdog) renew() time.Duration {
+	now := time.Now()
 	w.mu.Lock()
 	if len(w.holds) == 0 {
 		w.mu.Unlock()
@@ -126,17 +142,18 @@ func (w *watchdog) renew() time.Duration {
 	}
 	all := make([]*renewal, 0, len(w.holds))
 	for h := range w.holds {
-		all = append(all, h)
+		if w.due(h.until, now) {
+			all = append(all, h)
+		}
 	}
 	w.mu.Unlock()
+	if len(all) == 0 {
+		return w.period
+	}
 
 	chunks := w.chunk(all)
-	ctx, cancel := w.c.backgroundContext(w.period)
-	defer cancel()
-	sent := time.Now()
-	cmds := w.send(ctx, chunks)
-	now := time.Now()
-	leaseEnd := sent.Add(w.c.opts.watchdogTimeout)
+	cmds, sent := w.send(chunks)
+	now = time.Now()
 
 	next := w.period
 	type loss struct {
@@ -153,7 +170,7 @@ func (w *watchdog) renew() time.Duration {
 			}
 			switch {
 			case err == nil && j < len(vals) && vals[j] == 1:
-				h.until = leaseEnd
+				h.until = sent[i].Add(w.c.opts.watchdogTimeout)
 			case err == nil:
 				lost = append(lost, loss{h, "the watchdog found it gone"})
 			case !now.Before(h.until):
@@ -208,14 +225,19 @@ func (w *watchdog) chunk(all []*renewal) [][]*renewal {
 }
 
 // send runs each chunk's script once, pipelined renewCallsPerRoundTrip calls
-// at a time. A server that lost its script cache gets the script loaded once
-// and the failed calls again.
-func (w *watchdog) send(ctx context.Context, chunks [][]*renewal) []*redis.Cmd {
+// at a time, and returns the replies and when each call was sent. Each round
+// trip has its own deadline, so that a slow one fails alone instead of
+// taking the rest of the pass with it. A server that lost its script cache
+// gets the script loaded once and the failed calls again.
+func (w *watchdog) send(chunks [][]*renewal) ([]*redis.Cmd, []time.Time) {
 	lease := strconv.FormatInt(w.c.opts.watchdogTimeout.Milliseconds(), 10)
 	cmds := make([]*redis.Cmd, len(chunks))
+	sent := make([]time.Time, len(chunks))
+	roundTrip := max(w.period, time.Second)
 	exec := func(idx []int) {
 		for len(idx) > 0 {
 			n := min(len(idx), renewCallsPerRoundTrip)
+			ctx, cancel := w.c.backgroundContext(roundTrip)
 			pipe := w.c.rdb.Pipeline()
 			for _, i := range idx[:n] {
 				var keys []string
@@ -226,7 +248,12 @@ func (w *watchdog) send(ctx context.Context, chunks [][]*renewal) []*redis.Cmd {
 				}
 				cmds[i] = chunks[i][0].script.EvalSha(ctx, pipe, keys, args...)
 			}
+			at := time.Now()
 			_, _ = pipe.Exec(ctx)
+			cancel()
+			for _, i := range idx[:n] {
+				sent[i] = at
+			}
 			idx = idx[n:]
 		}
 	}
@@ -243,7 +270,9 @@ func (w *watchdog) send(ctx context.Context, chunks [][]*renewal) []*redis.Cmd {
 		}
 		s := chunks[i][0].script
 		if _, tried := loaded[s]; !tried {
+			ctx, cancel := w.c.backgroundContext(roundTrip)
 			loaded[s] = s.Load(ctx, w.c.rdb).Err() == nil
+			cancel()
 		}
 		if loaded[s] {
 			again = append(again, i)
@@ -252,7 +281,7 @@ func (w *watchdog) send(ctx context.Context, chunks [][]*renewal) []*redis.Cmd {
 	if len(again) > 0 {
 		exec(again)
 	}
-	return cmds
+	return cmds, sent
 }
 
 // isNoScript reports whether err is Redis' NOSCRIPT reply.

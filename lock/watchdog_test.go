@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/internal/testenv"
 	"github.com/seckillguard/seckillguard/lock"
@@ -185,6 +188,45 @@ func TestWatchdog_RenewsManyLocksInBatches(t *testing.T) {
 		}
 		if err := c.Mutex(fmt.Sprintf("%s:%d", lockName(t), i)).Unlock(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// slowPipelines delays every pipelined round trip, as a busy Redis or a
+// crowded connection pool would.
+type slowPipelines struct{ delay atomic.Int64 }
+
+func (h *slowPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *slowPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *slowPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(h.delay.Load()))
+		return next(ctx, cmds)
+	}
+}
+
+func TestWatchdog_RenewalsSlowerThanAPeriodKeepTheLocks(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	slow := new(slowPipelines)
+	rdb.AddHook(slow)
+	c := lock.New(rdb, lock.WithWatchdogTimeout(600*time.Millisecond))
+	defer c.Close()
+	var ctxs []context.Context
+	for i := 0; i < 50; i++ {
+		ctx, err := c.Mutex(fmt.Sprintf("%s:%d", lockName(t), i)).Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctxs = append(ctxs, ctx)
+	}
+	time.Sleep(300 * time.Millisecond) // a first renewal loads the script
+	// Period 200ms: from now on every renewal round trip takes longer.
+	slow.delay.Store(int64(300 * time.Millisecond))
+	time.Sleep(2 * time.Second)
+	for i, ctx := range ctxs {
+		if ctx.Err() != nil {
+			t.Fatalf("lock %d lost although every renewal succeeded, only slowly: %v", i, context.Cause(ctx))
 		}
 	}
 }

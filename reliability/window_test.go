@@ -7,17 +7,19 @@ import (
 	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/gormplugin"
 	"github.com/seckillguard/seckillguard/internal/faults"
 	"github.com/seckillguard/seckillguard/internal/history"
 	"github.com/seckillguard/seckillguard/internal/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 
-// window runs the gap the fence cannot see: a holds the lock and reads the
-// register; its lease runs out without a is told (context.WithoutCancel
-// stands in for a holder paused, or cut off from Redis, at that moment); b
-// takes the lock, optionally claims the row, and reads; then a writes, then
-// b writes. It returns the checked history and a's write.
+// window runs the gap that fencing writes alone leaves: a holds the lock
+// and reads the register; its lease runs out and a is not told
+// (context.WithoutCancel stands in for a holder paused, or cut off from
+// Redis, at that moment); b takes the lock, optionally claims the row
+// (gormplugin.Claim), and reads; then a writes, then b writes. It returns
+// the checked history and a's write.
 func window(t *testing.T, claim bool) (history.Report, history.Write) {
 	t.Helper()
 	srv := testenv.Redis(t)
@@ -41,7 +43,7 @@ func window(t *testing.T, claim bool) (history.Report, history.Write) {
 	}
 	b := enter(rec, "b", key, bctx)
 	if claim {
-		if err := faults.ClaimRegister(bctx, db, key); err != nil {
+		if err := gormplugin.Claim(db.WithContext(bctx), &faults.Register{Name: key}); err != nil {
 			t.Fatalf("b's claim: %v", err)
 		}
 	}
@@ -79,8 +81,8 @@ func TestWindow_FenceAloneLetsAnOlderWriteInBeforeTheNewerHolderWrites(t *testin
 	}
 }
 
-// Claiming the row first (a fenced write of the fence column alone, before
-// the read) closes the window: the older holder's write is refused, and
+// Claiming the row first (gormplugin.Claim: the row's fence raised to the
+// newer token before the read) closes the window: the older holder's write is refused, and
 // apart from the overlap of the two holds, which is the premise, the
 // history is clean.
 func TestWindow_ClaimingTheRowBeforeReadingClosesIt(t *testing.T) {

@@ -99,23 +99,6 @@ func WriteRegister(ctx context.Context, db *gorm.DB, name string, value int64, f
 	return nil
 }
 
-// ClaimRegister stamps register name with the token ctx carries, changing
-// nothing else: a fenced write of the fence column alone. A holder that
-// claims the row before reading it makes every later write of an older
-// token fail, so nothing an older holder writes can slip in between the
-// read and the write. It fails with fencing.ErrStale when a newer token has
-// claimed or written the row already.
-func ClaimRegister(ctx context.Context, db *gorm.DB, name string) error {
-	res := db.WithContext(ctx).Model(&Register{Name: name}).Update("fence", 0) // the plugin sets fence = token
-	if res.Error != nil {
-		return fmt.Errorf("faults: claim register %q: %w", name, res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("%w: %q", ErrNoRegister, name)
-	}
-	return nil
-}
-
 // RegisterValues returns the value of every register.
 func RegisterValues(db *gorm.DB) (map[string]int64, error) {
 	var rs []Register

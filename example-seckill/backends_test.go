@@ -20,7 +20,7 @@ func TestEmbeddedRedis_RunsTheLockScripts(t *testing.T) {
 	r1, r2 := b.NewRedis(), b.NewRedis()
 	defer r1.Close()
 	defer r2.Close()
-	c1 := lock.New(r1, lock.WithWatchdogTimeout(150*time.Millisecond))
+	c1 := lock.New(r1, lock.WithWatchdogTimeout(300*time.Millisecond))
 	defer c1.Close()
 	c2 := lock.New(r2)
 	defer c2.Close()
@@ -47,7 +47,8 @@ func TestEmbeddedRedis_RunsTheLockScripts(t *testing.T) {
 	}
 
 	// A waiter on another client gets the lock when it is released, not
-	// before: the watchdog renews it past its 150ms timeout meanwhile.
+	// before: the watchdog renews it past its 300ms timeout meanwhile (the
+	// first renewal finds the script missing and loads it).
 	got := make(chan time.Time, 1)
 	var t2 fencing.Token
 	go func() {
@@ -61,7 +62,7 @@ func TestEmbeddedRedis_RunsTheLockScripts(t *testing.T) {
 		got <- time.Now()
 		_ = c2.Mutex("sku:mini").Unlock(ctx2)
 	}()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(800 * time.Millisecond)
 	if err := held.Err(); err != nil {
 		t.Fatalf("lost while held: %v", context.Cause(held))
 	}

@@ -12,10 +12,10 @@
 //
 // The purchase (POST /api/seckill/:sku) is the seeds' template: read the
 // stock, check it, deduct it in the application, create the order, inside a
-// distributed lock on the SKU taken by the policies of guard.yaml. The writes
-// are fenced with the lock's token (gormplugin), so a holder that lost its
-// lock cannot write; unique indexes allow one order per user and SKU and
-// per idempotency key.
+// distributed lock on the SKU taken by the policies of guard.yaml. The row is
+// claimed and the writes are fenced with the lock's token (gormplugin), so a
+// holder that lost its lock cannot write; unique indexes allow one order per
+// user and SKU and per idempotency key.
 package main
 
 import (

@@ -33,10 +33,12 @@ const (
 // buy sells one unit of the SKU to the buyer, the way the seeds' template
 // does: read the stock, check it, deduct in the application (stock = read -
 // 1), create the order. In the guard modes it runs inside the lock of the
-// policy file, with the lock's context as request context, so both writes
-// carry the fencing token; they share one transaction, so an order refused
-// by a unique index (the user already bought, or the idempotency key was
-// used) gives its unit back. Nothing inside calls another service.
+// policy file, with the lock's context as request context, so the writes
+// carry the fencing token, and it claims the row (gormplugin.Claim) before
+// reading it, so the read is fenced too. The two writes share one
+// transaction, so an order refused by a unique index (the user already
+// bought, or the idempotency key was used) gives its unit back. Nothing
+// inside calls another service.
 //
 //	201 the order                       409 {"error":"sold_out"}
 //	409 {"error":"already_purchased"}   404 {"error":"not_found"}
@@ -53,6 +55,18 @@ func (s *Service) buy(c *gin.Context) {
 	}
 	db := s.db.WithContext(ctx)
 
+	if _, fenced := fencing.FromContext(ctx); fenced {
+		// Claim the row before reading it: it refuses the writes of every
+		// older lock holder from now on, so that no holder that lost the
+		// lock without noticing in time can write between this read and
+		// this write.
+		if err := gormplugin.Claim(db, &Product{SKU: sku}); err != nil {
+			if !s.refused(c, ctx, err) {
+				s.internal(c, "claim the product", err)
+			}
+			return
+		}
+	}
 	var p Product
 	if err := db.Where("sku = ?", sku).Take(&p).Error; err != nil {
 		switch {

@@ -72,8 +72,8 @@ func TestPartition_CutOffHolderIsToldAndFencedOff(t *testing.T) {
 	if _, err := b.Write(db, true); err != nil {
 		t.Fatalf("the newer holder's write: %v", err)
 	}
-	// a read before the cut; its late write is refused whether or not it
-	// has been told by now.
+	// a has been told: its read is refused, and so is the write it
+	// attempts anyway.
 	if err := a.Read(db); err == nil {
 		t.Fatal("a read under a lock context that says lost succeeded")
 	}

@@ -301,9 +301,14 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name s
 		start = time.Now()
 		return c.attempt(ctx, h)
 	}
-	err := c.waitFor(ctx, waitSpec{
+	spec := waitSpec{
 		name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), try: try,
-	})
+	}
+	if _, ok := k.(handing); ok {
+		spec.h = h
+		spec.granted = func(at time.Time, tok fencing.Token) { start, h.token = at, tok }
+	}
+	err := c.waitFor(ctx, spec)
 	if err != nil {
 		if h.queued {
 			c.forget(ctx, h, false)
@@ -475,8 +480,55 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 		return wrap(h.name, ErrNotHeld)
 	}
 	renewed := c.releasing(h)
+	turn := false
+	if h.levels == 1 {
+		var w *waiter
+		if w, turn = c.reserveHandover(h); w != nil {
+			return c.handOver(ctx, h, w, renewed)
+		}
+	}
+	channel := h.kind.channel(h)
+	if turn {
+		c.startTurn(channel)
+	}
 	left, err := h.kind.release(context.WithoutCancel(ctx), h)
+	if turn {
+		c.endTurn(channel)
+	}
 	return c.settle(h, renewed, left, err)
+}
+
+// A handing kind can hand its lock from a holder straight to a waiter of the
+// same Client (see cohortLimit).
+type handing interface {
+	kind
+	// transfer hands the lock from from, at its final release, to to. It
+	// returns to's new token, or a negative one when from does not hold
+	// the lock any more.
+	transfer(ctx context.Context, from, to *hold) (fencing.Token, error)
+}
+
+// handOver releases h's last level by handing the lock to waiter w.
+func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, renewed bool) error {
+	at := time.Now()
+	tok, err := h.kind.(handing).transfer(context.WithoutCancel(ctx), h, w.h)
+	switch {
+	case err != nil:
+		if outcomeUnknown(err) {
+			// Maybe handed over: free the lock rather than leave it held
+			// for a waiter that does not know.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			w.h.kind.undo(rctx, w.h, true)
+			cancel()
+		}
+		c.handedOver(w, false, at, 0)
+		return c.settle(h, renewed, 0, err)
+	case tok < 0:
+		c.handedOver(w, false, at, 0)
+		return c.settle(h, renewed, -1, nil)
+	}
+	c.handedOver(w, true, at, tok)
+	return c.settle(h, renewed, 0, nil)
 }
 
 // releasing prepares the release of one level of h: before the final one,

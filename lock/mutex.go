@@ -20,6 +20,16 @@ import (
 // derived from it) re-enters instead of deadlocking, and each Lock needs its
 // own Unlock. Goroutines that share a lock context share its ownership.
 //
+// Waiting is fair within a Client and takes turns between Clients. The
+// goroutines of one Client that wait for a lock queue in arrival order; the
+// first is woken by the unlock message (pub/sub, bounded by the holder's
+// lease: nothing polls). When a holder releases and a goroutine of the same
+// Client is waiting, the lock is handed to it in one script call, without
+// being freed in between; after a few such handovers in a row the Client
+// frees the lock, moves to the back of the unlock channel's subscribers and
+// lets the other Clients try first, so every instance of a service gets its
+// turn on a hot key. A Java service on Redisson simply sees the lock held.
+//
 // A Mutex does no I/O until used and may be copied freely; all state lives in
 // Redis and in the Client.
 type Mutex struct {
@@ -160,6 +170,14 @@ func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 
 func (m *Mutex) renewal(h *hold) (*redis.Script, []string, []any) {
 	return renewScript, []string{m.key}, []any{h.field}
+}
+
+// transfer hands the lock from from, released at its last level, to to, a
+// waiter of the same Client: see transfer.lua.
+func (m *Mutex) transfer(ctx context.Context, from, to *hold) (fencing.Token, error) {
+	lease := strconv.FormatInt(to.lease.Milliseconds(), 10)
+	tok, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, lease).Int64()
+	return fencing.Token(tok), err
 }
 
 func (m *Mutex) channel(*hold) string { return m.unlockCh }

@@ -45,6 +45,7 @@ type chanSub struct {
 	// Guarded by subscriber.mu.
 	refs      int
 	confirmed bool
+	rotations int // own resubscriptions whose confirmation is still to come (see rotate)
 	idle      *time.Timer // pending unsubscribe
 }
 
@@ -221,6 +222,10 @@ func (s *subscriber) confirm(channel string) {
 	s.mu.Lock()
 	cs := s.chans[channel]
 	again := cs != nil && cs.confirmed
+	if again && cs.rotations > 0 {
+		cs.rotations-- // the answer to rotate, not a reconnect
+		again = false
+	}
 	if cs != nil && !cs.confirmed {
 		cs.confirmed = true
 		close(cs.ready)
@@ -237,7 +242,7 @@ func (s *subscriber) confirm(channel string) {
 func (s *subscriber) dropped(channel string) {
 	s.mu.Lock()
 	cs := s.chans[channel]
-	if cs == nil || cs.refs == 0 {
+	if cs == nil || cs.refs == 0 || cs.rotations > 0 {
 		s.mu.Unlock()
 		return
 	}
@@ -247,6 +252,39 @@ func (s *subscriber) dropped(channel string) {
 	_ = cs.conn.ps.SUnsubscribe(ctx, channel) // forget it in go-redis too, or it resubscribes on reconnect
 	cancel()
 	s.c.resubscribe(channel, cs)
+}
+
+// rotate moves this Client to the end of the server's list of subscribers of
+// channel, by unsubscribing and subscribing again on the same connection.
+// Redis (up to 7.0) notifies subscribers in the order they subscribed, and
+// the first notified waiter usually wins the race that follows an unlock:
+// rotating after each turn of a Client lets every Client be first in turn.
+// A message published between the two commands is missed by this Client
+// alone; its caller covers that with a wake-up of its own.
+func (s *subscriber) rotate(channel string) {
+	s.mu.Lock()
+	cs := s.chans[channel]
+	if cs == nil || !cs.confirmed || cs.err != nil || cs.conn == nil || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	cs.rotations++
+	s.mu.Unlock()
+	ctx, cancel := s.c.backgroundContext(time.Second)
+	defer cancel()
+	var err error
+	if cs.conn.sharded {
+		if err = cs.conn.ps.SUnsubscribe(ctx, channel); err == nil {
+			err = cs.conn.ps.SSubscribe(ctx, channel)
+		}
+	} else if err = cs.conn.ps.Unsubscribe(ctx, channel); err == nil {
+		err = cs.conn.ps.Subscribe(ctx, channel)
+	}
+	if err != nil {
+		s.mu.Lock()
+		cs.rotations = 0 // the reconnect resubscribes; its confirmation wakes the head
+		s.mu.Unlock()
+	}
 }
 
 // close closes every pub/sub connection; their reading goroutines end.

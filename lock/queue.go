@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/seckillguard/seckillguard/fencing"
 )
 
 // A waitQueue lines up the goroutines of one Client that wait for one lock,
@@ -15,7 +17,24 @@ type waitQueue struct {
 	channel string
 	waiters []*waiter
 	sub     *chanSub // the unlock channel's subscription, taken by the first head that needs it
+
+	handoffs int       // locks handed from holder to head in a row, without freeing (see cohortLimit)
+	yield    time.Time // until then the head lets other Clients take the lock (see yieldDelay)
 }
+
+// cohortLimit bounds how many times in a row a lock is handed from one
+// holder of a Client straight to the next waiter of the same Client. Handing
+// over saves the unlock message and the race that follows it, so a hot lock
+// moves inside one process at the cost of one round trip; the bound makes
+// the Client free the lock regularly, so that the waiters of other Clients
+// (other instances of the service) get their turn.
+const cohortLimit = 8
+
+// yieldDelay is how long the head of a Client that has just ended a run of
+// handovers (see cohortLimit) lets the waiters of other Clients take the
+// lock before it tries itself. It is woken then even if the unlock message
+// escaped it.
+const yieldDelay = time.Millisecond
 
 // A waiter is one goroutine in a waitQueue.
 type waiter struct {
@@ -26,6 +45,16 @@ type waiter struct {
 	head   bool
 	tryNow bool          // try to acquire without waiting
 	bound  time.Duration // when it became head without tryNow: try after at most this long; <0 = unset
+
+	// Handing over (see cohortLimit). h is the hold the waiter acquires, nil
+	// when its lock kind cannot be handed over; a releaser reads only its
+	// fields that do not change while it waits. Guarded by Client.qmu.
+	h        *hold
+	reserved bool          // a releaser is handing the lock over to this waiter
+	granted  bool          // the lock was handed over: it is held for h
+	grantTok fencing.Token // the token the handover issued
+	grantAt  time.Time     // when the handover was sent
+	leaving  bool          // the waiter gave up: no handover any more
 }
 
 // An attempt tries to acquire once. It reports whether it acquired, and if
@@ -46,6 +75,12 @@ type waitSpec struct {
 	// is called before each attempt of the queue's head and must make sure
 	// the messages that wake the head are received from then on.
 	subscribe func(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error
+
+	// h, when set, may be handed the lock by a releasing holder of this
+	// Client; granted is then called with when the handover was sent and
+	// the token it issued, instead of an attempt succeeding.
+	h       *hold
+	granted func(at time.Time, tok fencing.Token)
 }
 
 // waitFor calls s.try until it acquires, s.wait runs out (ErrNotAcquired),
@@ -55,7 +90,7 @@ type waitSpec struct {
 // lock, by s.lease); nothing polls.
 func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	name, try, wait := s.name, s.try, s.wait
-	if !c.queued(s.channel) {
+	if wait == 0 || !c.queued(s.channel) {
 		// Nobody of this Client is waiting: try at once, without queueing.
 		ok, _, err := try(ctx)
 		if err != nil || ok {
@@ -76,14 +111,38 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	timer.Stop()
 	defer timer.Stop()
 
-	q, w := c.join(s.channel, s.shared)
+	q, w := c.join(s.channel, s.shared, s.h)
 	acquired := false
 	defer func() { c.leaveQueue(q, w, acquired, s.lease) }()
+	// giveUp ends the wait with err, unless the lock was handed over
+	// meanwhile: a wait that ran out then succeeds after all; a caller
+	// whose context ended, or a closed Client, gets the lock released.
+	giveUp := func(err error, keep bool) error {
+		if at, tok, ok := c.withdraw(w); ok {
+			if keep {
+				acquired = true
+				s.granted(at, tok)
+				return nil
+			}
+			s.h.kind.undo(context.WithoutCancel(ctx), s.h, true)
+		}
+		return err
+	}
 
 	for {
 		c.qmu.Lock()
+		if w.granted {
+			at, tok := w.grantAt, w.grantTok
+			c.qmu.Unlock()
+			acquired = true
+			s.granted(at, tok)
+			return nil
+		}
 		head, tryNow, bound := w.head, w.tryNow, w.bound
 		w.tryNow, w.bound = false, -1
+		if wait := time.Until(q.yield); head && tryNow && wait > 0 {
+			tryNow, bound = false, wait // other Clients first
+		}
 		c.qmu.Unlock()
 
 		if head && tryNow {
@@ -96,13 +155,16 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 				err = c.awaitSubscription(ctx, name, q, deadline)
 			}
 			if err != nil {
-				return err
+				return giveUp(err, false)
 			}
 			ok, r, err := try(ctx)
 			if err != nil {
-				return err
+				return giveUp(err, false)
 			}
 			if ok {
+				c.qmu.Lock()
+				q.handoffs = 0 // taken in a race: a new run of handovers may start
+				c.qmu.Unlock()
 				acquired = true
 				return nil
 			}
@@ -121,13 +183,96 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			w.tryNow = w.head
 			c.qmu.Unlock()
 		case <-deadline:
-			return wrap(name, ErrNotAcquired)
+			return giveUp(wrap(name, ErrNotAcquired), true)
 		case <-ctx.Done():
-			return ctxErr(name, ctx)
+			return giveUp(ctxErr(name, ctx), false)
 		case <-c.done:
-			return wrap(name, ErrClosed)
+			return giveUp(wrap(name, ErrClosed), false)
 		}
 	}
+}
+
+// withdraw takes w out of the handovers as it gives up: it waits for a
+// handover under way to w to finish and reports whether the lock was handed
+// to w (when and with which token).
+func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, bool) {
+	c.qmu.Lock()
+	w.leaving = true
+	for w.reserved {
+		c.qmu.Unlock()
+		<-w.notify
+		c.qmu.Lock()
+	}
+	defer c.qmu.Unlock()
+	return w.grantAt, w.grantTok, w.granted
+}
+
+// reserveHandover picks the waiter of this Client that h's lock can be handed
+// to at its final release: the head of its queue, waiting for the same lock
+// through a kind that can hand over. The caller then completes the handover
+// with handedOver. After cohortLimit handovers in a row there is none, and
+// turn reports that the Client's turn is over: the caller frees the lock
+// and calls endTurn.
+func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
+	if _, ok := h.kind.(handing); !ok {
+		return nil, false
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[h.kind.channel(h)]
+	if q == nil || len(q.waiters) == 0 {
+		return nil, false
+	}
+	if q.handoffs >= cohortLimit {
+		return nil, true
+	}
+	w = q.waiters[0]
+	if w.h == nil || w.reserved || w.granted || w.leaving || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
+		return nil, false
+	}
+	if _, ok := w.h.kind.(handing); !ok {
+		return nil, false
+	}
+	w.reserved = true
+	q.handoffs++
+	return w, false
+}
+
+// startTurn is called before the lock of channel is freed at the end of
+// this Client's turn: the Client moves to the end of the subscribers, so
+// that another Client hears the unlock first.
+func (c *Client) startTurn(channel string) { c.subs.rotate(channel) }
+
+// endTurn is called after the lock of channel was freed at the end of this
+// Client's turn: its head lets the other Clients try first, for yieldDelay,
+// and then tries even if it heard no unlock message.
+func (c *Client) endTurn(channel string) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if q := c.queues[channel]; q != nil {
+		q.handoffs = 0
+		q.yield = time.Now().Add(yieldDelay)
+		if len(q.waiters) > 0 {
+			h := q.waiters[0]
+			h.tryNow = true
+			signal(h)
+		}
+	}
+}
+
+// handedOver completes a handover to w reserved by reserveHandover: when it
+// succeeded (at: when it was sent; tok: the token it issued) w is woken
+// holding the lock; otherwise w tries to acquire at once.
+func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok fencing.Token) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	w.reserved = false
+	if ok {
+		w.granted, w.grantAt, w.grantTok = true, at, tok
+	} else {
+		w.tryNow = w.head
+	}
+	signal(w)
 }
 
 // queued reports whether goroutines of this Client wait on channel.
@@ -140,8 +285,8 @@ func (c *Client) queued(channel string) bool {
 
 // join appends a waiter to channel's queue. A waiter that is head at once
 // tries at once (after subscribing: see waitFor).
-func (c *Client) join(channel string, shared bool) (*waitQueue, *waiter) {
-	w := &waiter{notify: make(chan struct{}, 1), shared: shared, bound: -1}
+func (c *Client) join(channel string, shared bool, h *hold) (*waitQueue, *waiter) {
+	w := &waiter{notify: make(chan struct{}, 1), shared: shared, bound: -1, h: h}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[channel]

@@ -29,6 +29,7 @@ var (
 	releaseScript     = loadScript("release.lua")
 	renewScript       = loadScript("renew.lua")
 	forceUnlockScript = loadScript("forceunlock.lua")
+	transferScript    = loadScript("transfer.lua")
 	raiseTokenScript  = loadScript("raise_token.lua")
 	waitingScript     = loadScript("waiting.lua")
 

@@ -1,0 +1,195 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// waiting starts a goroutine that locks m and reports its context, and
+// returns once it is queued behind the current holder.
+func waiting(t *testing.T, m *lock.Mutex, opts ...lock.LockOption) <-chan context.Context {
+	t.Helper()
+	got := make(chan context.Context, 1)
+	go func() {
+		ctx, err := m.Lock(context.Background(), opts...)
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- ctx
+	}()
+	time.Sleep(100 * time.Millisecond) // let it try, subscribe and queue
+	return got
+}
+
+func TestHandover_WaiterOfTheSameClientGetsTheLockWithoutAnUnlockMessage(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	c := instances(t, srv, 1)[0]
+	m := c.Mutex(lockName(t))
+	held, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := fencing.FromContext(held)
+	got := waiting(t, m)
+
+	before := commandCalls(t, rdb)
+	if err := m.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	d := delta(before, commandCalls(t, rdb))
+	if d["publish"] != 0 || d["evalsha"] != 1 {
+		t.Fatalf("a handover ran %v; want one script call and no unlock message", d)
+	}
+	tok, _ := fencing.FromContext(next)
+	if tok <= first {
+		t.Fatalf("token after the handover %d, want above %d", tok, first)
+	}
+	if !errors.Is(context.Cause(held), lock.ErrReleased) || next.Err() != nil {
+		t.Fatal("the releaser's context must end, the new holder's must not")
+	}
+	if n, _ := m.HoldCount(next); n != 1 {
+		t.Fatalf("new holder's count %d", n)
+	}
+	if err := m.Unlock(next); err != nil {
+		t.Fatal(err)
+	}
+	if locked, _ := m.IsLocked(context.Background()); locked {
+		t.Fatal("lock still held after the new holder's unlock")
+	}
+}
+
+func TestHandover_KeepsTheWaitersFixedLease(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	m := c.Mutex(lockName(t))
+	held, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waiting(t, m, lock.WithLease(300*time.Millisecond))
+	handed := time.Now()
+	m.Unlock(held)
+	next := <-got
+	<-next.Done()
+	if d := time.Since(handed); d < 250*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("the handed lock's lease ended after %v, want its own 300ms", d)
+	}
+	if !errors.Is(context.Cause(next), lock.ErrLost) {
+		t.Fatalf("cause %v", context.Cause(next))
+	}
+	eventually(t, 2*time.Second, "the key expires with the waiter's lease", func() bool {
+		locked, _ := m.IsLocked(context.Background())
+		return !locked
+	})
+}
+
+func TestHandover_FromALostHoldLeavesTheWaiterToTryItself(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	m := c.Mutex(lockName(t))
+	held, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waiting(t, m)
+	srv.Do("DEL", lockName(t)) // lost, and the watchdog has not noticed yet
+	if err := m.Unlock(held); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("unlock of a lost hold = %v, want ErrLost", err)
+	}
+	select {
+	case next := <-got:
+		m.Unlock(next)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was left waiting after a failed handover")
+	}
+}
+
+func TestHandover_WaitersGivingUpNeverLeaveTheLockStuck(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	m := c.Mutex(lockName(t))
+	var wg sync.WaitGroup
+	var got atomic.Int32
+	for g := 0; g < 24; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < 20; r++ {
+				// Short waits and cancellations race with handovers.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(g%5)*time.Millisecond+time.Millisecond)
+				held, err := m.TryLock(ctx, time.Duration(r%3)*time.Millisecond)
+				cancel()
+				if err != nil {
+					continue
+				}
+				got.Add(1)
+				time.Sleep(200 * time.Microsecond)
+				if err := m.Unlock(held); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if locked, _ := m.IsLocked(context.Background()); locked {
+		t.Fatalf("after %d acquisitions by waiters that often gave up, the lock is still held", got.Load())
+	}
+	if got.Load() == 0 {
+		t.Fatal("nobody ever got the lock")
+	}
+}
+
+func TestHandover_TurnsRotateBetweenClients(t *testing.T) {
+	srv := testenv.Redis(t)
+	clients := instances(t, srv, 4)
+	name := lockName(t)
+	var mu sync.Mutex
+	counts := make([]int, len(clients))
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2 * time.Second)
+	for i, c := range clients {
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.Mutex(name)
+				for time.Now().Before(stop) {
+					ctx, err := m.Lock(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					counts[i]++
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					m.Unlock(ctx)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	t.Logf("acquisitions per Client: %v", counts)
+	for i, n := range counts {
+		if n*10 < total { // each of four should have about a quarter
+			t.Fatalf("Client %d got %d of %d acquisitions: starved by the others (%v)", i, n, total, fmt.Sprint(counts))
+		}
+	}
+}

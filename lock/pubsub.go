@@ -45,7 +45,7 @@ type chanSub struct {
 	// Guarded by subscriber.mu.
 	refs      int
 	confirmed bool
-	rotations int // own resubscriptions whose confirmation is still to come (see rotate)
+	rotations int         // own resubscriptions whose confirmation is still to come (see rotate)
 	idle      *time.Timer // pending unsubscribe
 }
 

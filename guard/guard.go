@@ -111,8 +111,9 @@ func Idempotent(opts ...RouteOption) gin.HandlerFunc {
 
 // gin context keys of what the middleware publishes to handlers.
 const (
-	lockKeyName = "seckillguard.lock.key"
-	idemKeyName = "seckillguard.idempotency.record"
+	lockKeyName      = "seckillguard.lock.key"
+	idemKeyName      = "seckillguard.idempotency.record"
+	unrepeatableName = "seckillguard.lock.lost" // the lock was lost or a write was stale: do not replay the answer
 )
 
 // Key returns the lock key the Lock middleware resolved for this request

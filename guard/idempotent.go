@@ -256,7 +256,7 @@ func (g *Guard) idempotentStep(r route) step {
 		}()
 		next()
 		done = true
-		g.finish(bctx, ic, rcd, recKey, fp, method, routeName)
+		g.finish(bctx, c, ic, rcd, recKey, fp, method, routeName)
 	}
 }
 
@@ -328,8 +328,9 @@ func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string
 }
 
 // finish stores the handler's answer, or drops the in-progress record when
-// the answer must not be replayed.
-func (g *Guard) finish(ctx context.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, fp, method, routeName string) {
+// the answer must not be replayed: a transient status, or a request whose
+// lock was lost or whose write was refused as stale.
+func (g *Guard) finish(ctx context.Context, c *gin.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, fp, method, routeName string) {
 	idem := g.metrics.idem
 	resp, err := rcd.Response(ic.replayHeaders...)
 	if err != nil {
@@ -339,7 +340,7 @@ func (g *Guard) finish(ctx context.Context, ic idemConfig, rcd *ginmw.Recorder, 
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 		return
 	}
-	if !storable(resp.Status, ic.storeServerErrors) {
+	if !storable(resp.Status, ic.storeServerErrors) || c.GetBool(unrepeatableName) {
 		g.dropRecord(ctx, recKey, routeName)
 		idem.WithLabelValues(method, routeName, "dropped").Inc()
 		return

@@ -340,3 +340,24 @@ func TestIdempotent_DatabaseStillRefusesWhenTheRecordIsLost(t *testing.T) {
 		t.Fatalf("orders %d, runs %d, answers %s / %s: want one order and the same answer", n, runs.Load(), first.body, second.body)
 	}
 }
+
+func TestIdempotent_LostLockAnswerIsNotReplayed(t *testing.T) {
+	srv := testenv.Redis(t)
+	var runs atomic.Int32
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", g.Idempotent(guard.Unscoped()), g.Lock("sku:<sku>", guard.Lease(50*time.Millisecond)), func(c *gin.Context) {
+			if runs.Add(1) == 1 {
+				<-c.Request.Context().Done() // the work outlives the lease
+				return
+			}
+			c.JSON(201, gin.H{"ok": true})
+		})
+	})
+	h := []string{"Idempotency-Key", "k"}
+	if r := do(t, "POST", in.srv.URL+"/buy/1", `{}`, h...); r.status != 409 || r.errorCode() != "lock_lost" {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", in.srv.URL+"/buy/1", `{}`, h...); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after a lost lock must run again, got %d %s %v", r.status, r.body, r.header)
+	}
+}

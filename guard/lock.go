@@ -136,6 +136,11 @@ func (g *Guard) afterHandler(c *gin.Context, ctx context.Context, method, routeN
 	if stale {
 		g.metrics.stale.WithLabelValues(method, routeName).Inc()
 	}
+	if stale || Lost(ctx) {
+		// Whatever the answer, the work did not happen as the client asked:
+		// an idempotency record must not make a retry replay it.
+		c.Set(unrepeatableName, true)
+	}
 	if c.Writer.Written() {
 		return
 	}

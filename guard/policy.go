@@ -56,6 +56,18 @@ type RoutePolicy struct {
 	opts []RouteOption
 }
 
+// LockTemplate returns the route's lock key template, or "" when the route
+// takes no lock.
+func (rp *RoutePolicy) LockTemplate() string {
+	if rp.lock == nil {
+		return ""
+	}
+	return rp.lock.String()
+}
+
+// Idempotent reports whether the route is idempotent.
+func (rp *RoutePolicy) Idempotent() bool { return rp.idem }
+
 // Routes returns the route policies in file order.
 func (p *Policies) Routes() []*RoutePolicy { return append([]*RoutePolicy(nil), p.routes...) }
 
@@ -315,7 +327,9 @@ func (s *settings) apply(rp *RoutePolicy) (err error) {
 	}
 	if v := s.Lease; v != nil {
 		line = v.line
-		if v.value != 0 { // 0: the watchdog (the default)
+		if v.value == 0 { // 0: the watchdog, also over a lease set in defaults
+			add(line, func(r *route) { r.lease = 0 })
+		} else {
 			add(line, Lease(v.value))
 		}
 	}

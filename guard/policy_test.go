@@ -144,3 +144,32 @@ func FuzzParsePolicies(f *testing.F) {
 		}
 	})
 }
+
+func TestPolicies_RouteLeaseZeroRestoresTheWatchdog(t *testing.T) {
+	pol, err := guard.ParsePolicies("p.yaml", []byte("defaults:\n  lease: 50ms\nroutes:\n  - route: POST /slow/:id\n    lock: \"s:<id>\"\n    lease: 0s\n  - route: POST /fast/:id\n    lock: \"f:<id>\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp := pol.Routes()[0]; rp.LockTemplate() != "s:<id>" || rp.Idempotent() {
+		t.Fatalf("route policy %q %v", rp.LockTemplate(), rp.Idempotent())
+	}
+	srv := testenv.Redis(t)
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(g.Policies(pol))
+		slow := func(c *gin.Context) {
+			select {
+			case <-c.Request.Context().Done():
+			case <-time.After(200 * time.Millisecond):
+				c.Status(204)
+			}
+		}
+		r.POST("/slow/:id", slow)
+		r.POST("/fast/:id", slow)
+	})
+	if r := do(t, "POST", in.srv.URL+"/slow/1", ""); r.status != 204 {
+		t.Errorf("lease: 0s must mean the watchdog: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", in.srv.URL+"/fast/1", ""); r.status != 409 || r.errorCode() != "lock_lost" {
+		t.Errorf("the default 50ms lease: %d %s", r.status, r.body)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 var (
@@ -50,10 +51,20 @@ var (
 	ErrInvalid = errors.New("lock: invalid argument")
 )
 
-// wrap adds the lock name to err.
+// wrap adds the lock name to err: `lock "sku:42": lock: not acquired`.
 func wrap(name string, err error) error {
-	return fmt.Errorf("lock %q: %w", name, err)
+	return &nameError{name: name, err: err}
 }
+
+// nameError is err in the lock called name. It formats only when asked:
+// wrap runs on every release (the cause of the released context).
+type nameError struct {
+	name string
+	err  error
+}
+
+func (e *nameError) Error() string { return "lock " + strconv.Quote(e.name) + ": " + e.err.Error() }
+func (e *nameError) Unwrap() error { return e.err }
 
 // ctxErr reports why ctx ended. errors.Is(err, context.Canceled) and
 // errors.Is(err, context.DeadlineExceeded) keep working, and a custom cause

@@ -145,7 +145,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		raw.Before("*").Register(pluginName+":guard", p.guard),
 		raw.Before("gorm:raw").Register(pluginName+":watch", watchDuplicates),
 		raw.After("gorm:raw").Register(pluginName+":verify", translateErrors),
-		raw.After("gorm:raw").Register(pluginName+":refuse_late", refuseLate),
+		raw.After("gorm:raw").Register(pluginName+":refuse_late", refuseLateRaw),
 	)
 	if err != nil {
 		return fmt.Errorf("gormplugin: register callbacks: %w", err)
@@ -254,22 +254,45 @@ func recordToken(stmt *gorm.Statement, w *write) {
 }
 
 // refuseLate runs last: a write whose token context ended while it was on
-// its way (after guard let it through) failed with the context's error, and
-// GORM's rollback of its default transaction may have added
-// sql.ErrTxDone, hiding the first error from errors.Is. Such a write is
-// reported like one refused up front.
-func refuseLate(db *gorm.DB) {
+// its way (after guard let it through) failed with the context's error, or
+// with whatever the driver made of the cancellation ("invalid connection"),
+// and GORM's rollback of its default transaction may have added
+// sql.ErrTxDone, hiding the first error from errors.Is. Inside a transaction
+// (GORM's default one, or the caller's) such a write was not applied: it
+// is reported like one refused up front. Outside any transaction only a
+// plain context error proves that the statement was not applied; any other
+// error is left as it is.
+func refuseLate(db *gorm.DB) { refuseLateIn(db, inTransaction(db)) }
+
+// refuseLateRaw is refuseLate for db.Exec, which runs without GORM's default
+// transaction.
+func refuseLateRaw(db *gorm.DB) {
+	_, inTx := db.Statement.ConnPool.(gorm.TxCommitter)
+	refuseLateIn(db, inTx)
+}
+
+func refuseLateIn(db *gorm.DB, inTx bool) {
 	stmt := db.Statement
 	token, ok := fencing.FromContext(stmt.Context)
-	if !ok || db.Error == nil || stmt.Context.Err() == nil || errors.Is(db.Error, fencing.ErrStale) {
+	if !ok || db.Error == nil || stmt.Context.Err() == nil ||
+		errors.Is(db.Error, fencing.ErrStale) || errors.Is(db.Error, ErrDuplicate) {
 		return
 	}
-	if errors.Is(db.Error, stmt.Context.Err()) || errors.Is(db.Error, sql.ErrTxDone) {
+	if inTx || errors.Is(db.Error, stmt.Context.Err()) || errors.Is(db.Error, sql.ErrTxDone) {
 		db.Error = refused(stmt, token)
 		if stmt.Result != nil {
 			stmt.Result.Error = db.Error
 		}
 	}
+}
+
+// inTransaction reports whether the statement ran in a transaction: GORM's
+// default one around each write, or one the caller began.
+func inTransaction(db *gorm.DB) bool {
+	if _, ok := db.Statement.ConnPool.(gorm.TxCommitter); ok {
+		return true
+	}
+	return !db.SkipDefaultTransaction
 }
 
 // refused is the error for a write whose token context is done: the lock

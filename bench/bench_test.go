@@ -6,6 +6,7 @@ package main
 //	cd bench && go test -count=1 -run '^$' -bench . -benchtime 1x ./...
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -106,6 +107,33 @@ func BenchmarkHeld(b *testing.B) {
 		if err := e.reset(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkHTTP builds example-seckill, starts it in every mode on a
+// redis-server and a MariaDB database of its own, and sends b.N purchases
+// per row (8 in flight, spread over 1,024 SKUs).
+func BenchmarkHTTP(b *testing.B) {
+	var sink bytes.Buffer
+	h, err := startHTTP(context.Background(), "mysql", &sink)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.close()
+	for _, row := range httpRows {
+		b.Run(strings.NewReplacer(" ", "", ",", "-").Replace(row.name), func(b *testing.B) {
+			ld := httpLoad{clients: min(8, b.N), skus: shapeSKUs(httpShapes[1]), idem: row.idem, count: int64(b.N)}
+			x, err := runHTTP(context.Background(), h, h.services[row.mode], ld)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if ok := x.answers["201"]; ok != b.N {
+				b.Fatalf("%d of %d answered 201: %v", ok, b.N, x.answers)
+			}
+			b.ReportMetric(float64(x.window.Nanoseconds())/float64(b.N), "ns/op")
+			b.ReportMetric(percentile(x.latencies, 99)/1e6, "p99-ms")
+			b.ReportMetric(float64(x.cost.executed)/float64(b.N), "redis-ran/req")
+		})
 	}
 }
 

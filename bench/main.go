@@ -44,15 +44,20 @@ type config struct {
 	watchdog    time.Duration // watchdog timeout of the held-locks scaling
 	scenarios   map[string]bool
 	cpuprofile  string // write a CPU profile of the whole run here
+
+	httpClients  int           // HTTP runs: requests in flight at once
+	httpWarmup   time.Duration // HTTP runs: unmeasured start
+	httpDuration time.Duration // HTTP runs: the measured window
+	httpDB       string        // HTTP runs: "mysql" or "sqlite"
 }
 
 // allScenarios are the groups -scenarios can pick from.
-var allScenarios = []string{"uncontended", "hot", "keys", "handoff", "waiters", "held"}
+var allScenarios = []string{"uncontended", "hot", "keys", "handoff", "waiters", "held", "http"}
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var c config
-	quick := fs.Bool("quick", false, "one short round: -rounds 1 -duration 500ms -drain 500ms -uncontended 400 -handoffs 8 -held 100,10000")
+	quick := fs.Bool("quick", false, "one short round: -rounds 1 -duration 500ms -drain 500ms -uncontended 400 -handoffs 8 -held 100,10000 -http-duration 1s")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds; every round runs every library once per scenario, in a rotated order")
 	fs.DurationVar(&c.warmup, "warmup", 200*time.Millisecond, "unmeasured start of each contended run")
 	fs.DurationVar(&c.duration, "duration", 800*time.Millisecond, "measured window of each contended run")
@@ -64,6 +69,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.heldRounds, "held-rounds", 2, "how many of the rounds also run the held-locks scaling (20–40 s each)")
 	fs.DurationVar(&c.watchdog, "watchdog", 3*time.Second, "watchdog timeout for the held-locks scaling (renewal every third of it)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.IntVar(&c.httpClients, "http-clients", 64, "HTTP runs: requests in flight at once (closed loop)")
+	fs.DurationVar(&c.httpWarmup, "http-warmup", 500*time.Millisecond, "HTTP runs: unmeasured start")
+	fs.DurationVar(&c.httpDuration, "http-duration", 2*time.Second, "HTTP runs: measured window")
+	fs.StringVar(&c.httpDB, "http-db", "mysql", "HTTP runs: the service's database, mysql (the server of MYSQL_DSN, default "+testenv.DefaultMySQLDSN+"; a database is created and dropped) or sqlite (embedded in each service, in memory)")
 	only := fs.String("scenarios", strings.Join(allScenarios, ","), "scenario groups to run: "+strings.Join(allScenarios, ","))
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -88,6 +97,9 @@ func parseFlags(args []string) (config, error) {
 		}
 		if !set["held"] {
 			*held = "100,10000"
+		}
+		if !set["http-duration"] {
+			c.httpDuration = time.Second
 		}
 	}
 	for _, f := range strings.Split(*held, ",") {
@@ -114,6 +126,12 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.rounds < 1 || c.duration <= 0 || c.uncontended < 1 || c.blocks < 1 || c.handoffs < 1 || c.warmup < 0 || c.drain < 0 {
 		return c, fmt.Errorf("-rounds, -duration, -uncontended, -blocks and -handoffs must be positive, -warmup and -drain not negative")
+	}
+	if c.httpClients < 1 || c.httpDuration <= 0 || c.httpWarmup < 0 {
+		return c, fmt.Errorf("-http-clients and -http-duration must be positive, -http-warmup not negative")
+	}
+	if c.httpDB != "mysql" && c.httpDB != "sqlite" {
+		return c, fmt.Errorf("-http-db %q: want mysql or sqlite", c.httpDB)
 	}
 	if c.watchdog < 30*time.Millisecond {
 		return c, fmt.Errorf("-watchdog must be at least 30ms")

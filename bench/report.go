@@ -184,7 +184,7 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 			t.row(c.name, cell(g("us"), ""), cell(g("mean"), ""), vs, cell(g("sent"), ""), cell(g("exec"), ""), cell(g("cpu"), ""), cell(g("rcpu"), ""), cell(g("allocs"), ""), cell(g("bytes"), ""))
 		}
 		fmt.Fprintln(w)
-		writeBreakdown(w, cs, r, "unc", "What Redis ran per Lock+Unlock (last round; a script call counts once as EVALSHA and once per command inside it)")
+		writeBreakdown(w, "library", cs, r, "unc", "What Redis ran per Lock+Unlock (last round; a script call counts once as EVALSHA and once per command inside it)")
 	}
 
 	for _, sc := range contendedScenarios(cfg) {
@@ -209,7 +209,7 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 		writeShares(w, cs, r, sc.id)
 		writeCut(w, cs, r, sc.id)
 		if sc.id == "hot200" {
-			writeBreakdown(w, cs, r, sc.id, "What Redis ran per acquisition (last round)")
+			writeBreakdown(w, "library", cs, r, sc.id, "What Redis ran per acquisition (last round)")
 		}
 	}
 
@@ -262,11 +262,9 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 		fmt.Fprintln(w)
 	}
 
-	fmt.Fprintf(w, "### The whole HTTP path\n\nNot measured yet: the reference service `example-seckill` (`serve -mode none|guard`) landed after this benchmark was written. The table gets its rows when bench/ drives it: the same service on the same machine in `none` mode (no guard) and in `guard` mode, requests/s and p99.\n\n")
-	t := newTable(w, "mode", "requests/s", "p99 ms")
-	t.row("none", "—", "—")
-	t.row("guard", "—", "—")
-	fmt.Fprintln(w)
+	if cfg.scenarios["http"] {
+		writeHTTP(w, cfg, r)
+	}
 
 	writeTargets(w, cfg, r)
 
@@ -314,8 +312,9 @@ func writeCut(w io.Writer, cs []contender, r *results, id string) {
 	}
 }
 
-// writeBreakdown writes the commands Redis ran by name.
-func writeBreakdown(w io.Writer, cs []contender, r *results, id, title string) {
+// writeBreakdown writes the commands Redis ran by name, a row per contender
+// (its first column headed first).
+func writeBreakdown(w io.Writer, first string, cs []contender, r *results, id, title string) {
 	b := r.breakdown[id]
 	if len(b) == 0 {
 		return
@@ -337,7 +336,7 @@ func writeBreakdown(w io.Writer, cs []contender, r *results, id, title string) {
 		return names[i] < names[j]
 	})
 	fmt.Fprintf(w, "%s:\n\n", title)
-	t := newTable(w, slices.Concat([]string{"library"}, names)...)
+	t := newTable(w, slices.Concat([]string{first}, names)...)
 	for _, c := range cs {
 		m, ok := b[c.name]
 		if !ok {

@@ -51,10 +51,13 @@ type results struct {
 	notes []string
 	// commands Redis ran per acquisition, by name, by scenario and row (last round)
 	breakdown map[string]map[string]map[string]float64
+	// HTTP runs: the answers, summed over rounds, by scenario and row (key(id, row, ""))
+	answers   map[string]map[string]int
+	httpSetup string // how the HTTP runs were set up, for the report
 }
 
 func newResults() *results {
-	return &results{v: map[string][]float64{}, breakdown: map[string]map[string]map[string]float64{}}
+	return &results{v: map[string][]float64{}, breakdown: map[string]map[string]map[string]float64{}, answers: map[string]map[string]int{}}
 }
 
 func key(scenario, row, metric string) string { return scenario + "|" + row + "|" + metric }
@@ -90,6 +93,15 @@ func (r *results) keepBreakdown(scenario, row string, by map[string]int64, per f
 func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, error) {
 	cs := contenders()
 	r := newResults()
+	var h *httpEnv
+	if cfg.scenarios["http"] {
+		var err error
+		if h, err = startHTTP(ctx, cfg.httpDB, log); err != nil {
+			return nil, fmt.Errorf("the HTTP runs: %w", err)
+		}
+		defer h.close()
+		r.httpSetup = h.dbServer
+	}
 	seq := 0
 	name := func(what string) string {
 		seq++
@@ -169,6 +181,12 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 				if err := after(contender{name: "seckillguard"}, fmt.Sprintf("held %d", n), err); err != nil {
 					return nil, err
 				}
+			}
+		}
+
+		if h != nil {
+			if err := measureHTTP(ctx, h, cfg, r, round, log, tag); err != nil {
+				return nil, err
 			}
 		}
 	}

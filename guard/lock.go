@@ -87,7 +87,7 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 				g.log.Warn("guard: lock lost while the handler ran; its fenced writes were refused",
 					"route", routeName, "key", key, "held", held, "cause", context.Cause(ctx))
 			case uerr != nil:
-				g.log.Error("guard: unlock failed; the lock expires with its lease", "route", routeName, "key", key, "err", uerr)
+				g.log.Error("guard: unlock failed; it is retried in the background until the lock's lease ends", "route", routeName, "key", key, "err", uerr)
 			}
 			if held > r.longHold {
 				g.log.Warn("guard: lock held longer than the threshold; keep remote calls out of the critical section",

@@ -117,7 +117,7 @@ func Wait(d time.Duration) RouteOption {
 // fenced writes of the handler are refused. Default: no fixed lease; the
 // watchdog renews the lock while the handler runs.
 func Lease(d time.Duration) RouteOption {
-	mustf(d > 0, "Lease(%v): the lease must be positive", d)
+	mustf(d >= time.Millisecond, "Lease(%v): the lease must be at least 1ms", d)
 	return func(r *route) { r.lease = d }
 }
 

@@ -157,3 +157,55 @@ func TestFaults_WaiterRecoversWhenRedisRestarts(t *testing.T) {
 		t.Fatal("waiter never acquired after the restart")
 	}
 }
+
+func TestFaults_FailedFinalUnlockIsRetriedNotRenewed(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	hook := &lostReplies{match: isRelease}
+	rdb.AddHook(hook)
+	c := lock.New(rdb, lock.WithWatchdogTimeout(time.Second))
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	ctx, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.left.Store(1)
+	if err := m.Unlock(ctx); err == nil {
+		t.Fatal("unlock with a lost reply reported success")
+	}
+	// Nobody retries (as guard does not): the lock must be free well before
+	// the Client would close, and never renewed meanwhile.
+	eventually(t, 2*time.Second, "the failed unlock is completed in the background", func() bool {
+		locked, _ := m.IsLocked(context.Background())
+		return !locked && ctx.Err() != nil
+	})
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("a late retry of the failed unlock = %v, want success", err)
+	}
+}
+
+func TestFaults_FailedFinalUnlockOfAnUnreachableRedisExpiresWithItsLease(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 100 * time.Millisecond })
+	c := lock.New(rdb, lock.WithWatchdogTimeout(600*time.Millisecond))
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	ctx, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause() // unreachable: the release waits for go-redis' read timeout, and so does every retry
+	defer srv.Resume()
+	if err := m.Unlock(ctx); err == nil {
+		t.Fatal("unlock with Redis paused reported success")
+	}
+	select {
+	case <-ctx.Done():
+		if !errors.Is(context.Cause(ctx), lock.ErrLost) {
+			t.Fatalf("cause %v, want ErrLost once the lease ran out", context.Cause(ctx))
+		}
+	case <-time.After(6 * time.Second):
+		t.Fatal("a hold whose release failed was kept past its lease")
+	}
+}

@@ -79,14 +79,15 @@ type hold struct {
 	sem chan struct{}
 
 	// Guarded by sem.
-	kind   kind
-	levels int
-	token  fencing.Token
-	lease  time.Duration // lease of every acquisition and renewal
-	fixed  bool          // WithLease: no watchdog
-	unsure bool          // a release failed with an unknown outcome
-	ack    replicaAck    // replicas that must confirm the first acquisition
-	queued bool          // the owner has a place in a wait line in Redis (kept alive by waiting)
+	kind     kind
+	levels   int
+	token    fencing.Token
+	lease    time.Duration // lease of every acquisition and renewal
+	fixed    bool          // WithLease: no watchdog
+	unsure   bool          // a release failed with an unknown outcome
+	retrying bool          // a final release failed; releaseLater retries it
+	ack      replicaAck    // replicas that must confirm the first acquisition
+	queued   bool          // the owner has a place in a wait line in Redis (kept alive by waiting)
 
 	// Set once at the first acquisition, before the hold is published.
 	parent context.Context // what ctx descends from: the caller's context, with the owner
@@ -120,6 +121,14 @@ func (c *Client) ref(id holdID, name string) *hold {
 		h.renewal.lost = func(why string) {
 			if c.lose(h) {
 				h.end(lostError(h.name, why))
+			}
+		}
+		h.renewal.abandon = func() {
+			ctx, cancel := c.backgroundContext(time.Second)
+			defer cancel()
+			if h.enter(ctx) == nil {
+				h.kind.undo(ctx, h, true)
+				h.leave()
 			}
 		}
 		c.holds[id] = h
@@ -187,6 +196,13 @@ func (c *Client) lose(h *hold) bool {
 		delete(c.holds, h.id)
 	}
 	return true
+}
+
+// stillHeld reports whether h is held: neither released nor lost.
+func (c *Client) stillHeld(h *hold) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return h.pinned
 }
 
 // isLost reports whether h was lost.
@@ -460,8 +476,11 @@ func (c *Client) unlock(ctx context.Context, key string, r role, name string) er
 		h = c.refHeld(holdID{key, r, owner})
 	}
 	if h == nil {
-		if errors.Is(context.Cause(ctx), ErrLost) {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, ErrLost):
 			return wrap(name, ErrLost)
+		case errors.Is(cause, errReleasedLater):
+			return nil // the retry of an Unlock that failed, completed meanwhile
 		}
 		return wrap(name, ErrNotHeld)
 	}
@@ -546,10 +565,19 @@ func (c *Client) releasing(h *hold) bool {
 func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
 	final := h.levels == 1
 	if err != nil {
-		if final && renewed {
-			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
-		}
 		h.unsure = h.unsure || outcomeUnknown(err)
+		if final && !h.retrying {
+			// The owner asked to release: renewing the lock now would keep
+			// it held for as long as the Client lives if nobody retried.
+			// Retry in the background until it is released or its lease
+			// ends; a retry by the caller is welcome meanwhile.
+			h.retrying = true
+			until := time.Now().Add(h.lease)
+			if renewed {
+				until = c.dog.leaseEnd(&h.renewal)
+			}
+			c.goBackground(func() { c.releaseLater(h, until) })
+		}
 		return wrap(h.name, fmt.Errorf("unlock: %w", err))
 	}
 	switch {
@@ -573,11 +601,67 @@ func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
 	return lostHold(h)
 }
 
+// releaseLater retries the final release of h, which failed, until it
+// succeeds, the caller's own retry succeeds, or h's lease ends at until
+// (then the lock has expired in Redis: h is declared lost).
+func (c *Client) releaseLater(h *hold, until time.Time) {
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		select {
+		case <-time.After(min(backoff, max(time.Until(until), 0))):
+		case <-c.done:
+			return
+		}
+		ctx, cancel := c.backgroundContext(max(time.Until(until), 10*time.Millisecond))
+		err := h.enter(ctx)
+		if err != nil {
+			cancel()
+			continue
+		}
+		done := h.levels != 1 || !c.stillHeld(h)
+		if !done && !time.Now().Before(until) {
+			if c.lose(h) {
+				h.end(lostError(h.name, "its release failed and its lease ran out"))
+			}
+			done = true
+		}
+		if !done {
+			left, err := h.kind.release(ctx, h)
+			switch {
+			case err != nil:
+				h.unsure = h.unsure || outcomeUnknown(err)
+			case left == 0 || left < 0 && h.unsure:
+				c.releasedWith(h, errReleasedLater)
+				done = true
+			default:
+				if c.lose(h) {
+					h.end(lostError(h.name, "it was not held any more when it was unlocked"))
+				}
+				done = true
+			}
+		}
+		if done {
+			h.retrying = false
+		}
+		h.leave()
+		cancel()
+		if done {
+			return
+		}
+	}
+}
+
 // released records the final release of h.
-func (c *Client) released(h *hold) {
+func (c *Client) released(h *hold) { c.releasedWith(h, ErrReleased) }
+
+// errReleasedLater is the cause of a context whose final release failed and
+// was then completed by releaseLater: the caller's own retry of Unlock,
+// arriving after that, succeeds too.
+var errReleasedLater = fmt.Errorf("%w after a failed unlock was retried", ErrReleased)
+
+func (c *Client) releasedWith(h *hold, cause error) {
 	h.levels = 0
 	h.unsure = false
 	c.dog.remove(&h.renewal)
 	c.unpin(h)
-	h.end(wrap(h.name, ErrReleased))
+	h.end(wrap(h.name, cause))
 }

@@ -392,14 +392,15 @@ func TestMutex_RejectsBadInput(t *testing.T) {
 	c := instances(t, srv, 1)[0]
 	bg := context.Background()
 	cases := map[string]func() error{
-		"empty name":        func() error { _, err := c.Mutex("").Lock(bg); return err },
-		"unclosed hash tag": func() error { _, err := c.Mutex("a{b").Lock(bg); return err },
-		"empty hash tag":    func() error { _, err := c.Mutex("a{}b").Lock(bg); return err },
-		"negative wait":     func() error { _, err := c.Mutex("x").TryLock(bg, -time.Second); return err },
-		"zero lease":        func() error { _, err := c.Mutex("x").Lock(bg, lock.WithLease(0)); return err },
-		"negative lease":    func() error { _, err := c.Mutex("x").TryLock(bg, 0, lock.WithLease(-time.Second)); return err },
-		"nil redis client":  func() error { _, err := lock.New(nil).Mutex("x").Lock(bg); return err },
-		"nil lock client":   func() error { var nc *lock.Client; _, err := nc.Mutex("x").Lock(bg); return err },
+		"empty name":            func() error { _, err := c.Mutex("").Lock(bg); return err },
+		"unclosed hash tag":     func() error { _, err := c.Mutex("a{b").Lock(bg); return err },
+		"empty hash tag":        func() error { _, err := c.Mutex("a{}b").Lock(bg); return err },
+		"negative wait":         func() error { _, err := c.Mutex("x").TryLock(bg, -time.Second); return err },
+		"zero lease":            func() error { _, err := c.Mutex("x").Lock(bg, lock.WithLease(0)); return err },
+		"negative lease":        func() error { _, err := c.Mutex("x").TryLock(bg, 0, lock.WithLease(-time.Second)); return err },
+		"sub-millisecond lease": func() error { _, err := c.Mutex("x").Lock(bg, lock.WithLease(time.Microsecond)); return err },
+		"nil redis client":      func() error { _, err := lock.New(nil).Mutex("x").Lock(bg); return err },
+		"nil lock client":       func() error { var nc *lock.Client; _, err := nc.Mutex("x").Lock(bg); return err },
 		"tiny watchdog": func() error {
 			_, err := lock.New(srv.Client(), lock.WithWatchdogTimeout(time.Millisecond)).Mutex("x").Lock(bg)
 			return err

@@ -75,8 +75,9 @@ type lockOptions struct {
 // than d runs unprotected. Prefer the watchdog, and fence the writes.
 func WithLease(d time.Duration) LockOption {
 	return func(o *lockOptions) {
-		if d <= 0 {
-			o.err = fmt.Errorf("%w: lease %v, want a positive duration", ErrInvalid, d)
+		if d < time.Millisecond {
+			// Redis counts leases in whole milliseconds: less is no lease at all.
+			o.err = fmt.Errorf("%w: lease %v, want at least 1ms", ErrInvalid, d)
 			return
 		}
 		o.lease = d

@@ -38,10 +38,11 @@ type watchdog struct {
 // with KEYS the keys of each lock in turn and ARGV[1] the lease in
 // milliseconds followed by the arguments of each lock in turn.
 type renewal struct {
-	script *redis.Script
-	keys   []string // this lock's keys, all in one hash slot
-	args   []any    // this lock's arguments
-	lost   func(why string)
+	script  *redis.Script
+	keys    []string // this lock's keys, all in one hash slot
+	args    []any    // this lock's arguments
+	lost    func(why string)
+	abandon func() // optional: removes from Redis what is left of a hold declared lost because its lease ran out
 
 	until time.Time // guarded by watchdog.mu: when the lease ends unless renewed
 }
@@ -94,32 +95,89 @@ func (w *watchdog) leaseEnd(h *renewal) time.Time {
 }
 
 func (w *watchdog) loop() {
-	t := time.NewTimer(w.period)
-	defer t.Stop()
+	tick := time.NewTimer(w.period)
+	defer tick.Stop()
+	expiry := time.NewTimer(time.Hour)
+	expiry.Stop()
+	defer expiry.Stop()
+	passes := make(chan time.Duration, 1)
+	var began time.Time
 	for {
 		select {
-		case <-t.C:
+		case <-tick.C:
+			// Passes run beside the loop, so that a renewal held up in the
+			// network (go-redis waits for its read timeout, not for a lease)
+			// cannot keep the loop from declaring a lease over on time.
+			began = time.Now()
+			if !w.c.goBackground(func() { passes <- w.renew() }) {
+				return
+			}
+		case retry := <-passes:
+			w.armExpiry(expiry)
+			if retry < 0 {
+				select {
+				case <-w.kick:
+				case <-w.c.done:
+					return
+				}
+				tick.Reset(w.period)
+				continue
+			}
+			// Passes keep their schedule: the next starts a period after
+			// this one began, however long this one took, or sooner to
+			// retry failures.
+			next := began.Add(w.period)
+			if r := time.Now().Add(retry); r.Before(next) {
+				next = r
+			}
+			tick.Reset(max(time.Until(next), 0))
+		case <-expiry.C:
+			w.expireOverdue()
+			w.armExpiry(expiry)
 		case <-w.c.done:
 			return
 		}
-		began := time.Now()
-		retry := w.renew()
-		if retry < 0 {
-			select {
-			case <-w.kick:
-			case <-w.c.done:
-				return
-			}
-			t.Reset(w.period)
-			continue
+	}
+}
+
+// armExpiry sets t to fire when the earliest lease ends unless renewed.
+func (w *watchdog) armExpiry(t *time.Timer) {
+	w.mu.Lock()
+	var earliest time.Time
+	for h := range w.holds {
+		if earliest.IsZero() || h.until.Before(earliest) {
+			earliest = h.until
 		}
-		// Passes keep their schedule: the next starts a period after this one
-		// began, however long this one took, or sooner to retry failures.
-		next := began.Add(w.period)
-		if r := time.Now().Add(retry); r.Before(next) {
-			next = r
+	}
+	w.mu.Unlock()
+	if earliest.IsZero() {
+		t.Stop()
+		return
+	}
+	t.Reset(max(time.Until(earliest), 0))
+}
+
+// expireOverdue declares lost every hold whose lease has ended without a
+// renewal getting through: it may be held by someone else by now, whatever
+// a renewal still under way answers later. What Redis may still hold of it
+// (a renewal that arrives late) is released in the background.
+func (w *watchdog) expireOverdue() {
+	now := time.Now()
+	var overdue []*renewal
+	w.mu.Lock()
+	for h := range w.holds {
+		if !now.Before(h.until) {
+			overdue = append(overdue, h)
+			delete(w.holds, h)
 		}
-		t.Reset(max(time.Until(next), 0))
+	}
+	w.mu.Unlock()
+	for _, h := range overdue {
+		h.lost("its lease ran out before a renewal got through")
+		if h.abandon != nil {
+			abandon := h.abandon
+			w.c.goBackground(abandon)
+		}
 	}
 }
 

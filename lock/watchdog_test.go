@@ -222,11 +222,59 @@ func TestWatchdog_RenewalsSlowerThanAPeriodKeepTheLocks(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // a first renewal loads the script
 	// Period 200ms: from now on every renewal round trip takes longer.
-	slow.delay.Store(int64(300 * time.Millisecond))
+	slow.delay.Store(int64(250 * time.Millisecond))
 	time.Sleep(2 * time.Second)
 	for i, ctx := range ctxs {
 		if ctx.Err() != nil {
 			t.Fatalf("lock %d lost although every renewal succeeded, only slowly: %v", i, context.Cause(ctx))
 		}
+	}
+}
+
+// stuckPipelines holds every pipelined round trip back while stuck is set,
+// as a network that silently drops packets does: the caller waits for its
+// read timeout, which go-redis does not shorten to a lease.
+type stuckPipelines struct{ stuck atomic.Bool }
+
+func (h *stuckPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *stuckPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *stuckPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.stuck.Load() {
+			select {
+			case <-time.After(10 * time.Second):
+			case <-ctx.Done():
+			}
+			return context.DeadlineExceeded
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func TestWatchdog_CutOffHolderIsToldWhenItsLeaseEnds(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	stuck := new(stuckPipelines)
+	rdb.AddHook(stuck)
+	c := lock.New(rdb, lock.WithWatchdogTimeout(600*time.Millisecond))
+	defer c.Close()
+	ctx, err := c.Mutex(lockName(t)).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // renewed once at least
+	cut := time.Now()
+	stuck.stuck.Store(true)
+	select {
+	case <-ctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("a holder whose renewals hang was not told its lease ran out")
+	}
+	// The lease was last renewed at most a period before the cut.
+	if d := time.Since(cut); d > 600*time.Millisecond+300*time.Millisecond {
+		t.Fatalf("told %v after the cut, want by the end of its 600ms lease", d)
+	}
+	if !errors.Is(context.Cause(ctx), lock.ErrLost) {
+		t.Fatalf("cause %v", context.Cause(ctx))
 	}
 }

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -33,8 +34,9 @@ import (
 // middleware's cost is the median of the per-block differences guarded −
 // mutex, once in wall time (middleware-µs) and once in CPU time
 // (middleware-cpu-µs), the latter insensitive to time spent waiting for
-// Redis or for a core. ns/op is the guarded route's median. For a steady
-// number:
+// Redis or for a core. ns/op is the guarded route's median; allocations are
+// counted per block too (runtime.MemStats, outside the timed part). For a
+// steady number:
 //
 //	go test -run '^$' -bench LockMiddleware -benchtime 20000x -count 5 ./guard/
 func BenchmarkLockMiddleware(b *testing.B) {
@@ -72,27 +74,30 @@ func BenchmarkLockMiddleware(b *testing.B) {
 
 	routes := []*gin.Engine{guarded, bare, floor}
 	const blockSize = 50
-	type sample struct{ wall, cpu float64 } // µs per request in one block
+	type sample struct{ wall, cpu, allocs float64 } // per request in one block: µs, µs, count
 	samples := make([][]sample, len(routes))
 	// run serves n requests on r and returns the wall and CPU time per request.
 	run := func(r *gin.Engine, n int) sample {
 		req := httptest.NewRequest("POST", "/api/seckill/sku-1", nil)
 		w := httptest.NewRecorder()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		mallocs := ms.Mallocs
 		cpu0, t0 := processCPU(b), time.Now()
 		for range n {
 			r.ServeHTTP(w, req)
 		}
 		wall, cpu := time.Since(t0), processCPU(b)-cpu0
+		runtime.ReadMemStats(&ms)
 		if w.Code != http.StatusNoContent {
 			b.Fatalf("answered %d", w.Code)
 		}
 		per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
-		return sample{per(wall), per(cpu)}
+		return sample{per(wall), per(cpu), float64(ms.Mallocs-mallocs) / float64(n)}
 	}
 	for _, r := range routes {
 		run(r, 200) // load the scripts, open the connections
 	}
-	b.ReportAllocs()
 	b.ResetTimer()
 	block := 0
 	for done := 0; done < b.N; block++ {
@@ -128,6 +133,7 @@ func BenchmarkLockMiddleware(b *testing.B) {
 	}
 	wall := func(s sample) float64 { return s.wall }
 	cpu := func(s sample) float64 { return s.cpu }
+	allocs := func(s sample) float64 { return s.allocs }
 	b.ReportMetric(median(of(0, wall))*1e3, "ns/op")
 	b.ReportMetric(median(of(0, wall)), "guarded-µs/op")
 	b.ReportMetric(median(of(1, wall)), "mutex-µs/op")
@@ -136,6 +142,8 @@ func BenchmarkLockMiddleware(b *testing.B) {
 	b.ReportMetric(median(of(1, cpu)), "mutex-cpu-µs/op")
 	b.ReportMetric(median(diff(wall)), "middleware-µs")
 	b.ReportMetric(median(diff(cpu)), "middleware-cpu-µs")
+	b.ReportMetric(median(of(0, allocs)), "guarded-allocs/op")
+	b.ReportMetric(median(diff(allocs)), "middleware-allocs")
 }
 
 // processCPU returns the CPU time (user + system) this process has used.
@@ -159,7 +167,6 @@ func BenchmarkIdempotentReplay(b *testing.B) {
 	req.Header.Set("Idempotency-Key", "k")
 	req.Header.Set("X-User-ID", "u1")
 	r.ServeHTTP(httptest.NewRecorder(), req) // the first, stored
-	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		w := httptest.NewRecorder()

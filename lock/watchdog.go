@@ -140,7 +140,13 @@ func (w *watchdog) loop() {
 	}
 }
 
-// armExpiry sets t to fire when the earliest lease ends unless renewed.
+// expiryMargin is how long before a lease ends, unless renewed, its hold is
+// declared lost: timers fire late on a busy machine, and the holder must be
+// told before Redis lets the next one in.
+func (w *watchdog) expiryMargin() time.Duration { return w.c.opts.watchdogTimeout / 20 }
+
+// armExpiry sets t to fire when the earliest lease is about to end unless
+// renewed.
 func (w *watchdog) armExpiry(t *time.Timer) {
 	w.mu.Lock()
 	var earliest time.Time
@@ -154,15 +160,15 @@ func (w *watchdog) armExpiry(t *time.Timer) {
 		t.Stop()
 		return
 	}
-	t.Reset(max(time.Until(earliest), 0))
+	t.Reset(max(time.Until(earliest.Add(-w.expiryMargin())), 0))
 }
 
-// expireOverdue declares lost every hold whose lease has ended without a
-// renewal getting through: it may be held by someone else by now, whatever
+// expireOverdue declares lost every hold whose lease has ended (or is about
+// to: expiryMargin) without a renewal getting through: it may be held by someone else by now, whatever
 // a renewal still under way answers later. What Redis may still hold of it
 // (a renewal that arrives late) is released in the background.
 func (w *watchdog) expireOverdue() {
-	now := time.Now()
+	now := time.Now().Add(w.expiryMargin())
 	var overdue []*renewal
 	w.mu.Lock()
 	for h := range w.holds {

@@ -77,6 +77,16 @@ func ctxErr(name string, ctx context.Context) error {
 	return fmt.Errorf("lock %q: %w: %w", name, err, cause)
 }
 
+// notAcquired is the error of a wait that ran out: ErrNotAcquired, unless
+// the caller's context ended too — a caller that gave up is never told the
+// lock was busy.
+func notAcquired(ctx context.Context, name string) error {
+	if ctx.Err() != nil {
+		return ctxErr(name, ctx)
+	}
+	return wrap(name, ErrNotAcquired)
+}
+
 // lostError is the cause of a lost hold's context.
 func lostError(name, why string) error {
 	return fmt.Errorf("lock %q: %w: %s", name, ErrLost, why)

@@ -209,3 +209,60 @@ func TestFaults_FailedFinalUnlockOfAnUnreachableRedisExpiresWithItsLease(t *test
 		t.Fatal("a hold whose release failed was kept past its lease")
 	}
 }
+
+// refusedCalls is a go-redis hook that fails matching commands without
+// sending them, as a connection that breaks before the request leaves does.
+type refusedCalls struct {
+	match func(redis.Cmder) bool
+	left  atomic.Int32
+}
+
+func (h *refusedCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *refusedCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *refusedCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.match(cmd) && h.left.Add(-1) >= 0 {
+			err := &net.OpError{Op: "write", Net: "tcp", Err: errors.New("broken pipe (injected)")}
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func TestFaults_LockingAgainAfterAFailedUnlockIsRenewedAgain(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	hook := &refusedCalls{match: isRelease}
+	rdb.AddHook(hook)
+	c := lock.New(rdb, lock.WithWatchdogTimeout(300*time.Millisecond))
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	ctx, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.left.Store(1)
+	if err := m.Unlock(ctx); err == nil {
+		t.Fatal("an unlock that never left reported success")
+	}
+	again, err := m.Lock(ctx) // the owner keeps the lock after all
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // five leases
+	if again.Err() != nil {
+		t.Fatalf("lost: %v", context.Cause(again))
+	}
+	if n, _ := m.HoldCount(again); n != 2 {
+		t.Fatalf("hold count %d, want 2 (the watchdog must renew the lock again)", n)
+	}
+	if err := m.Unlock(again); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -178,6 +178,9 @@ func (c *Client) pin(h *hold) {
 func (c *Client) unpin(h *hold) {
 	c.mu.Lock()
 	h.pinned = false
+	if h.refs == 0 && c.holds[h.id] == h {
+		delete(c.holds, h.id) // released by releaseLater, after its Unlock let go of it
+	}
 	c.mu.Unlock()
 }
 
@@ -436,6 +439,14 @@ func (c *Client) establish(ctx context.Context, h *hold, ownerNew bool, start ti
 func (c *Client) reenter(ctx context.Context, h *hold) (context.Context, error) {
 	if c.isLost(h) {
 		return ctx, lostHold(h)
+	}
+	if h.retrying {
+		// Its final release failed and is retried in the background: the
+		// owner keeps the lock after all, so the watchdog renews it again.
+		h.retrying = false
+		if !h.fixed {
+			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
+		}
 	}
 	ok, err := h.kind.reenter(ctx, h)
 	if err != nil {

@@ -370,7 +370,7 @@ func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Durati
 		left := wait
 		if wait > 0 {
 			if left = time.Until(deadline); left <= 0 {
-				return wrap(ml.label, ErrNotAcquired)
+				return notAcquired(ctx, ml.label)
 			}
 		}
 		err := c.waitFor(ctx, waitSpec{name: ml.label, channel: channel, wait: left, lease: lease, try: run})
@@ -379,7 +379,7 @@ func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Durati
 			return err
 		}
 		if wait == 0 {
-			return wrap(ml.label, ErrNotAcquired)
+			return notAcquired(ctx, ml.label)
 		}
 		channel = sw.channel
 	}

@@ -434,3 +434,24 @@ func TestMutex_ClosedClientRefusesAndCancelsHolds(t *testing.T) {
 		t.Fatalf("Lock after Close = %v, want ErrClosed", err)
 	}
 }
+
+func TestMutex_ContextEndingBeforeTheWaitIsNeverBusy(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2)
+	name := lockName(t)
+	held, err := cs[0].Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs[0].Mutex(name).Unlock(held)
+	for i := 0; i < 100; i++ {
+		// The context ends first; both may be over by the time the waiter
+		// looks (a loaded machine): the answer is the context's.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := cs[1].Mutex(name).TryLock(ctx, 6*time.Millisecond)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("try %d: %v, want the context's DeadlineExceeded, never ErrNotAcquired", i, err)
+		}
+	}
+}

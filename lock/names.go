@@ -21,9 +21,10 @@ func derived(prefix, name string) string {
 	return prefix + ":{" + name + "}"
 }
 
-// checkName rejects names that cannot be a lock: empty ones, and ones with a
-// "{" that does not open a valid hash tag (their derived keys would land in
-// another Cluster slot than the lock itself).
+// checkName rejects names that cannot be a lock: empty ones, and ones whose
+// derived keys and channels would land in another Cluster slot than the lock
+// itself — a "{" that does not open a non-empty hash tag, or a "}" before
+// the first "{" (Redis takes "a}b" whole, its derived names by "{a}b}").
 func checkName(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty lock name", ErrInvalid)
@@ -33,6 +34,9 @@ func checkName(name string) error {
 		if j <= 0 {
 			return fmt.Errorf("%w: lock name %q has a \"{\" without a non-empty hash tag \"{...}\"", ErrInvalid, name)
 		}
+	}
+	if slot(derived(tokenPrefix, name)) != slot(name) {
+		return fmt.Errorf("%w: lock name %q: its derived keys would fall in another Cluster slot; use a hash tag \"{...}\" or no braces", ErrInvalid, name)
 	}
 	return nil
 }

@@ -23,10 +23,11 @@ const subscriptionLinger = 2 * time.Second
 type subscriber struct {
 	c *Client
 
-	mu     sync.Mutex
-	conns  map[string]*psConn // by node address; "" when not Cluster
-	chans  map[string]*chanSub
-	closed bool
+	mu      sync.Mutex
+	conns   map[string]*psConn // by node address; "" when not Cluster
+	chans   map[string]*chanSub
+	closing map[string]chan struct{} // channels whose UNSUBSCRIBE is being sent; closed once it is
+	closed  bool
 }
 
 // A psConn is one pub/sub connection and the goroutine reading it.
@@ -50,7 +51,7 @@ type chanSub struct {
 }
 
 func newSubscriber(c *Client) *subscriber {
-	return &subscriber{c: c, conns: make(map[string]*psConn), chans: make(map[string]*chanSub)}
+	return &subscriber{c: c, conns: make(map[string]*psConn), chans: make(map[string]*chanSub), closing: make(map[string]chan struct{})}
 }
 
 // acquire returns the subscription of channel, counting the caller as a user
@@ -75,19 +76,33 @@ func (s *subscriber) acquire(channel string) *chanSub {
 		return cs
 	}
 	s.chans[channel] = cs
+	after := s.closing[channel]
 	s.mu.Unlock()
-	s.c.goBackground(func() { s.subscribe(cs) })
+	s.c.goBackground(func() { s.subscribe(cs, after) })
 	return cs
 }
 
-// subscribe sends the SUBSCRIBE (SSUBSCRIBE) for cs; the reading goroutine
+// subscribe sends the SUBSCRIBE (SSUBSCRIBE) for cs, once the UNSUBSCRIBE of
+// an earlier subscription of the channel has gone out (after is closed then;
+// nil when there is none): the server applies them in order, so the new
+// subscription is never undone by the old one. The reading goroutine
 // confirms it when the server answers.
-func (s *subscriber) subscribe(cs *chanSub) {
+func (s *subscriber) subscribe(cs *chanSub, after chan struct{}) {
 	ctx, cancel := s.c.backgroundContext(10 * time.Second)
 	defer cancel()
+	if after != nil {
+		select {
+		case <-after:
+		case <-ctx.Done():
+			s.fail(cs, ctx.Err())
+			return
+		}
+	}
 	pc, err := s.connFor(ctx, cs.channel)
 	if err == nil {
+		s.mu.Lock()
 		cs.conn = pc
+		s.mu.Unlock()
 		if pc.sharded {
 			err = pc.ps.SSubscribe(ctx, cs.channel)
 		} else {
@@ -129,14 +144,27 @@ func (s *subscriber) release(cs *chanSub) {
 			return
 		}
 		delete(s.chans, cs.channel)
+		conn := cs.conn
+		if conn == nil { // its SUBSCRIBE has not gone out either
+			s.mu.Unlock()
+			return
+		}
+		done := make(chan struct{})
+		s.closing[cs.channel] = done
 		s.mu.Unlock()
 		ctx, cancel := s.c.backgroundContext(5 * time.Second)
-		defer cancel()
-		if cs.conn.sharded {
-			_ = cs.conn.ps.SUnsubscribe(ctx, cs.channel)
+		if conn.sharded {
+			_ = conn.ps.SUnsubscribe(ctx, cs.channel)
 		} else {
-			_ = cs.conn.ps.Unsubscribe(ctx, cs.channel)
+			_ = conn.ps.Unsubscribe(ctx, cs.channel)
 		}
+		cancel()
+		s.mu.Lock()
+		if s.closing[cs.channel] == done {
+			delete(s.closing, cs.channel)
+		}
+		s.mu.Unlock()
+		close(done)
 	})
 }
 
@@ -247,9 +275,10 @@ func (s *subscriber) dropped(channel string) {
 		return
 	}
 	delete(s.chans, channel)
+	conn := cs.conn
 	s.mu.Unlock()
 	ctx, cancel := s.c.backgroundContext(5 * time.Second)
-	_ = cs.conn.ps.SUnsubscribe(ctx, channel) // forget it in go-redis too, or it resubscribes on reconnect
+	_ = conn.ps.SUnsubscribe(ctx, channel) // forget it in go-redis too, or it resubscribes on reconnect
 	cancel()
 	s.c.resubscribe(channel, cs)
 }
@@ -269,16 +298,17 @@ func (s *subscriber) rotate(channel string) {
 		return
 	}
 	cs.rotations++
+	conn := cs.conn
 	s.mu.Unlock()
 	ctx, cancel := s.c.backgroundContext(time.Second)
 	defer cancel()
 	var err error
-	if cs.conn.sharded {
-		if err = cs.conn.ps.SUnsubscribe(ctx, channel); err == nil {
-			err = cs.conn.ps.SSubscribe(ctx, channel)
+	if conn.sharded {
+		if err = conn.ps.SUnsubscribe(ctx, channel); err == nil {
+			err = conn.ps.SSubscribe(ctx, channel)
 		}
-	} else if err = cs.conn.ps.Unsubscribe(ctx, channel); err == nil {
-		err = cs.conn.ps.Subscribe(ctx, channel)
+	} else if err = conn.ps.Unsubscribe(ctx, channel); err == nil {
+		err = conn.ps.Subscribe(ctx, channel)
 	}
 	if err != nil {
 		s.mu.Lock()

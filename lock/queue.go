@@ -97,7 +97,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			return err
 		}
 		if wait == 0 {
-			return wrap(name, ErrNotAcquired)
+			return notAcquired(ctx, name)
 		}
 	}
 
@@ -168,9 +168,6 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 				acquired = true
 				return nil
 			}
-			if wait == 0 {
-				return wrap(name, ErrNotAcquired)
-			}
 			bound = r
 		}
 		if head && bound >= 0 {
@@ -183,7 +180,10 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			w.tryNow = w.head
 			c.qmu.Unlock()
 		case <-deadline:
-			return giveUp(wrap(name, ErrNotAcquired), true)
+			if ctx.Err() != nil { // both ended: the caller's end wins, never "busy"
+				return giveUp(ctxErr(name, ctx), false)
+			}
+			return giveUp(notAcquired(ctx, name), true)
 		case <-ctx.Done():
 			return giveUp(ctxErr(name, ctx), false)
 		case <-c.done:
@@ -405,7 +405,7 @@ func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueu
 	select {
 	case <-sub.ready:
 	case <-deadline:
-		return wrap(name, ErrNotAcquired)
+		return notAcquired(ctx, name)
 	case <-ctx.Done():
 		return ctxErr(name, ctx)
 	case <-c.done:

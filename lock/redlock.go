@@ -570,7 +570,7 @@ wait:
 		case <-timer.C:
 			break wait
 		case <-deadline:
-			return wrap(r.name, ErrNotAcquired)
+			return notAcquired(ctx, r.name)
 		case <-ctx.Done():
 			return ctxErr(r.name, ctx)
 		}

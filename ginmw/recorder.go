@@ -120,7 +120,7 @@ func (r *Recorder) Exceeded() bool { return r.over }
 type Response struct {
 	Status int         // 0 means 200
 	Header http.Header // only the headers chosen to be replayed
-	Body   []byte
+	Body   []byte      // the body as sent
 }
 
 // Response returns what was sent so far: the status, the body, and of the

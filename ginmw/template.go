@@ -56,7 +56,7 @@ func (s Source) String() string {
 
 // Field is one placeholder of a template.
 type Field struct {
-	Source Source
+	Source Source // where the value is taken from
 	// Name as it is looked up: a header name in canonical form
 	// (X-User-Id), a body path with its dots (order.sku).
 	Name string

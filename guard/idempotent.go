@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -43,7 +45,7 @@ func IdempotencyHeader(name string) RouteOption {
 }
 
 // IdempotencyKey takes the key from the request with a template instead of a
-// header, for clients that send none: "order:<ctx:user_id>:<body:order_no>"
+// header (default: the IdempotencyHeader), for clients that send none: "order:<ctx:user_id>:<body:order_no>"
 // makes a repeated submission of one order a replay. It panics on a
 // malformed template.
 func IdempotencyKey(template string) RouteOption {
@@ -108,7 +110,7 @@ func MaxResponse(n int) RouteOption {
 }
 
 // ReplayHeaders names response headers stored and replayed besides
-// Content-Type, such as "Location".
+// Content-Type, such as "Location". Default: none.
 func ReplayHeaders(names ...string) RouteOption {
 	return func(r *route) { r.idem.replayHeaders = append(r.idem.replayHeaders, names...) }
 }
@@ -120,10 +122,15 @@ const ReplayedHeader = "Idempotent-Replayed"
 // in-progress locks; the braces keep both in one Cluster slot.
 const recordPrefix = "seckillguard:idem:"
 
-//go:embed scripts/idem_begin.lua
-var beginSource string
+var (
+	//go:embed scripts/idem_begin.lua
+	beginSource string
+	//go:embed scripts/idem_finish.lua
+	finishSource string
 
-var beginScript = redis.NewScript(beginSource)
+	beginScript  = redis.NewScript(beginSource)
+	finishScript = redis.NewScript(finishSource)
+)
 
 // Idempotent returns middleware that gives the rest of the chain one effect
 // per idempotency key and caller: the first request with a key runs the
@@ -203,9 +210,17 @@ func (g *Guard) idempotentStep(r route) step {
 		if markerFP != "" && markerFP != fp {
 			wait = 0 // a different request: no point waiting for it
 		}
-		m := g.locks.Mutex(recordPrefix + "{" + id + "}")
-		ctx, err := m.TryLock(c.Request.Context(), wait)
+		// The key is in progress while this execution holds the key's
+		// single permit: renewed while the handler runs, freed by its lease
+		// if the instance dies. A permit, not a Mutex: it issues no fencing
+		// token (the handler's writes keep the token of the lock that
+		// protects them, if any) and leaves no token counter behind.
+		sem := g.locks.Semaphore(recordPrefix+"{"+id+"}", 1)
+		ctx, err := sem.TryAcquire(c.Request.Context(), wait)
 		switch {
+		case err != nil && c.Request.Context().Err() != nil:
+			c.AbortWithStatus(StatusClientClosedRequest)
+			return
 		case errors.Is(err, lock.ErrNotAcquired):
 			if markerFP != "" && markerFP != fp {
 				idem.WithLabelValues(method, routeName, "mismatch").Inc()
@@ -215,21 +230,19 @@ func (g *Guard) idempotentStep(r route) step {
 			idem.WithLabelValues(method, routeName, "in_progress").Inc()
 			ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
 			return
-		case err != nil && c.Request.Context().Err() != nil:
-			c.AbortWithStatus(StatusClientClosedRequest)
-			return
 		case err != nil:
 			g.idemUnavailable(c, r, method, routeName, err, next)
 			return
 		}
 		defer func() {
-			if uerr := m.Unlock(ctx); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
+			if uerr := sem.Release(ctx); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
 				g.log.Error("guard: releasing an idempotency key failed; it frees itself with its lease", "route", routeName, "err", uerr)
 			}
 		}()
 
 		bctx := context.WithoutCancel(ctx)
-		res, err := beginScript.Run(bctx, g.rdb, []string{recKey}, "p"+fp, ic.ttl.Milliseconds()).Text()
+		marker := "p" + fp + ":" + nonce()
+		res, err := beginScript.Run(bctx, g.rdb, []string{recKey}, marker, ic.ttl.Milliseconds()).Text()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			g.idemUnavailable(c, r, method, routeName, err, next)
 			return
@@ -250,13 +263,13 @@ func (g *Guard) idempotentStep(r route) step {
 		defer func() {
 			c.Request = orig
 			if !done { // the handler panicked: a retry must run again
-				g.dropRecord(bctx, recKey, routeName)
+				g.dropRecord(bctx, recKey, marker, routeName)
 				idem.WithLabelValues(method, routeName, "dropped").Inc()
 			}
 		}()
 		next()
 		done = true
-		g.finish(bctx, c, ic, rcd, recKey, fp, method, routeName)
+		g.finish(bctx, c, ctx, ic, rcd, recKey, marker, fp, method, routeName)
 	}
 }
 
@@ -298,6 +311,11 @@ func (g *Guard) rejectIdem(c *gin.Context, method, routeName string, err error) 
 }
 
 func (g *Guard) idemUnavailable(c *gin.Context, r route, method, routeName string, err error, next func()) {
+	if c.Request.Context().Err() != nil {
+		// The client went away during the call: Redis is not to blame.
+		c.AbortWithStatus(StatusClientClosedRequest)
+		return
+	}
 	if r.failOpen {
 		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
 		g.log.Warn("guard: idempotency unavailable; the route fails open and runs unguarded", "route", routeName, "err", err)
@@ -327,35 +345,42 @@ func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string
 	ginmw.Replay(c, resp)
 }
 
-// finish stores the handler's answer, or drops the in-progress record when
+// finish stores the handler's answer, or drops the in-progress marker when
 // the answer must not be replayed: a transient status, or a request whose
-// lock was lost or whose write was refused as stale.
-func (g *Guard) finish(ctx context.Context, c *gin.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, fp, method, routeName string) {
+// lock was lost, whose write was refused as stale, or whose own permit for
+// the key ran out (a newer execution may have the key by now). Either is
+// done only while the marker is still this execution's.
+func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, marker, fp, method, routeName string) {
 	idem := g.metrics.idem
 	resp, err := rcd.Response(ic.replayHeaders...)
 	if err != nil {
 		g.log.Warn("guard: response not stored for idempotent replay; a retry runs the request again",
 			"route", routeName, "reason", err)
-		g.dropRecord(ctx, recKey, routeName)
+		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 		return
 	}
-	if !storable(resp.Status, ic.storeServerErrors) || c.GetBool(unrepeatableName) {
-		g.dropRecord(ctx, recKey, routeName)
+	if !storable(resp.Status, ic.storeServerErrors) || c.GetBool(unrepeatableName) || Lost(held) {
+		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "dropped").Inc()
 		return
 	}
 	data, err := encodeRecord(fp, resp)
+	var stored int64
 	if err == nil {
-		err = g.rdb.Set(ctx, recKey, data, ic.ttl).Err()
+		stored, err = finishScript.Run(ctx, g.rdb, []string{recKey}, marker, data, ic.ttl.Milliseconds()).Int64()
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		g.log.Error("guard: storing an idempotent response failed; a retry runs the request again", "route", routeName, "err", err)
-		g.dropRecord(ctx, recKey, routeName)
+		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
-		return
+	case stored == 0:
+		g.log.Warn("guard: response not stored: a newer execution took the idempotency key", "route", routeName)
+		idem.WithLabelValues(method, routeName, "not_stored").Inc()
+	default:
+		idem.WithLabelValues(method, routeName, "stored").Inc()
 	}
-	idem.WithLabelValues(method, routeName, "stored").Inc()
 }
 
 // storable reports whether an answer with status is replayed to retries.
@@ -372,11 +397,21 @@ func storable(status int, serverErrors bool) bool {
 	return true
 }
 
-func (g *Guard) dropRecord(ctx context.Context, recKey, routeName string) {
-	if err := g.rdb.Del(ctx, recKey).Err(); err != nil {
+// dropRecord removes this execution's in-progress marker, so that a retry
+// runs the request again.
+func (g *Guard) dropRecord(ctx context.Context, recKey, marker, routeName string) {
+	if err := finishScript.Run(ctx, g.rdb, []string{recKey}, marker, "", 0).Err(); err != nil {
 		g.log.Warn("guard: dropping an in-progress idempotency marker failed; it expires with the record TTL",
 			"route", routeName, "err", err)
 	}
+}
+
+// nonce returns a random string that tells one execution's in-progress
+// marker from another's.
+func nonce() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // recordID names the record of a key: a hash of the method, the route, the
@@ -429,7 +464,8 @@ func decodeRecord(raw string) (rec *record, markerFP string, err error) {
 	case raw == "":
 		return nil, "", nil
 	case raw[0] == 'p':
-		return nil, raw[1:], nil
+		fp, _, _ := strings.Cut(raw[1:], ":") // "p" fingerprint ":" nonce
+		return nil, fp, nil
 	case raw[0] == 'c':
 		rec = new(record)
 		if err := json.Unmarshal([]byte(raw[1:]), rec); err != nil {

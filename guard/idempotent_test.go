@@ -361,3 +361,33 @@ func TestIdempotent_LostLockAnswerIsNotReplayed(t *testing.T) {
 		t.Fatalf("retry after a lost lock must run again, got %d %s %v", r.status, r.body, r.header)
 	}
 }
+
+func TestIdempotent_HandlersGetNoTokenAndKeysAllExpire(t *testing.T) {
+	srv := testenv.Redis(t)
+	var tokens atomic.Int32
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/pay", g.Idempotent(guard.Unscoped(), guard.RecordTTL(time.Minute)), func(c *gin.Context) {
+			if _, ok := guard.Token(c); ok {
+				tokens.Add(1) // would fence the handler's writes with an unrelated token
+			}
+			c.Status(201)
+		})
+	})
+	for i := 0; i < 5; i++ {
+		if r := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", fmt.Sprintf("k%d", i)); r.status != 201 {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if tokens.Load() != 0 {
+		t.Fatalf("%d idempotent handlers saw a fencing token of the framework's own", tokens.Load())
+	}
+	keys, _ := in.rdb.Keys(context.Background(), "*").Result()
+	for _, k := range keys {
+		if ttl, _ := in.rdb.PTTL(context.Background(), k).Result(); ttl < 0 {
+			t.Errorf("key %q has no expiry: every idempotency key would leave one behind", k)
+		}
+	}
+	if len(keys) != 5 {
+		t.Errorf("keys %v, want the 5 records", keys)
+	}
+}

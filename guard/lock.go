@@ -102,14 +102,14 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 // lockFailed answers a request whose lock was not acquired.
 func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key string, err error, next func()) {
 	switch {
-	case errors.Is(err, lock.ErrNotAcquired):
-		g.metrics.busy.WithLabelValues(method, routeName).Inc()
-		ginmw.Abort(c, r.busyStatus, r.busyCode, ginmw.RetryAfter(r.retryAfter))
 	case c.Request.Context().Err() != nil:
 		// The client gave up while waiting; nobody reads this answer.
 		c.AbortWithStatus(StatusClientClosedRequest)
+	case errors.Is(err, lock.ErrNotAcquired):
+		g.metrics.busy.WithLabelValues(method, routeName).Inc()
+		ginmw.Abort(c, r.busyStatus, r.busyCode, ginmw.RetryAfter(r.retryAfter))
 	case errors.Is(err, lock.ErrInvalid):
-		g.log.Error("guard: the key is not a valid lock name", "route", routeName, "key", key, "err", err)
+		g.log.Error("guard: the lock refused the request's key or the Guard's configuration", "route", routeName, "key", key, "err", err)
 		ginmw.AbortError(c, err)
 	case r.failOpen:
 		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()

@@ -37,7 +37,7 @@ func WithLockOptions(opts ...lock.Option) Option {
 }
 
 // WithDefaults sets route options that apply to every route of this Guard
-// before the route's own options.
+// before the route's own options. Default: none (each option's own default).
 func WithDefaults(opts ...RouteOption) Option {
 	return func(o *options) { o.defaults = append(o.defaults, opts...) }
 }
@@ -89,7 +89,9 @@ func defaultRoute() route {
 func (g *Guard) route(opts []RouteOption) route {
 	r := defaultRoute()
 	for _, f := range g.defaults {
-		f(&r)
+		if f != nil {
+			f(&r)
+		}
 	}
 	for _, f := range opts {
 		if f != nil {

@@ -309,7 +309,7 @@ func (s *settings) apply(rp *RoutePolicy) (err error) {
 			err = fmt.Errorf("line %d: %v", line, r)
 		}
 	}()
-	add := func(_ int, o RouteOption) { rp.opts = append(rp.opts, o) }
+	add := func(_ int, o RouteOption) { rp.opts = append(rp.opts, o) } // the line is kept for the recover above
 	if s.Lock != nil {
 		line = s.Lock.line
 		t, terr := ginmw.ParseTemplate(s.Lock.value)
@@ -333,15 +333,17 @@ func (s *settings) apply(rp *RoutePolicy) (err error) {
 			add(line, Lease(v.value))
 		}
 	}
-	if s.BusyStatus != nil || s.BusyError != nil {
-		status, code := http.StatusTooManyRequests, "busy"
-		if v := s.BusyStatus; v != nil {
-			line, status = v.line, v.value
-		}
-		if v := s.BusyError; v != nil {
-			line, code = v.line, v.value
-		}
-		add(line, Busy(status, code))
+	// Status and code are set apart, so that a route may change one and
+	// keep the other from the defaults.
+	if v := s.BusyStatus; v != nil {
+		line = v.line
+		Busy(v.value, "busy") // checks the status
+		add(line, func(r *route) { r.busyStatus = v.value })
+	}
+	if v := s.BusyError; v != nil {
+		line = v.line
+		Busy(http.StatusTooManyRequests, v.value) // checks the code
+		add(line, func(r *route) { r.busyCode = v.value })
 	}
 	if v := s.RetryAfter; v != nil {
 		line = v.line

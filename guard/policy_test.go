@@ -173,3 +173,29 @@ func TestPolicies_RouteLeaseZeroRestoresTheWatchdog(t *testing.T) {
 		t.Errorf("the default 50ms lease: %d %s", r.status, r.body)
 	}
 }
+
+func TestPolicies_BusyStatusAndCodeAreInheritedApart(t *testing.T) {
+	pol, err := guard.ParsePolicies("p.yaml", []byte("defaults:\n  busy_status: 503\nroutes:\n  - route: POST /a/:id\n    lock: \"a:<id>\"\n    wait: 0s\n    busy_error: sold_out\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Redis(t)
+	release := make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(g.Policies(pol))
+		r.POST("/a/:id", func(c *gin.Context) {
+			if c.Query("hold") != "" {
+				<-release
+			}
+			c.Status(204)
+		})
+	})
+	held := make(chan reply)
+	go func() { held <- do(t, "POST", in.srv.URL+"/a/1?hold=1", "") }()
+	eventually(t, func() bool { n, _ := in.rdb.Exists(context.Background(), "a:1").Result(); return n == 1 })
+	if r := do(t, "POST", in.srv.URL+"/a/1", ""); r.status != 503 || r.errorCode() != "sold_out" {
+		t.Errorf("busy: %d %s, want the default's 503 with the route's sold_out", r.status, r.body)
+	}
+	close(release)
+	<-held
+}

@@ -4,8 +4,8 @@
 -- request's fingerprint, so that a concurrent request with another payload
 -- can be told apart) and returns nil.
 --
--- KEYS[1]  the record: "c" .. JSON when completed, "p" .. fingerprint while in progress
--- ARGV[1]  the in-progress marker ("p" .. fingerprint)
+-- KEYS[1]  the record: "c" .. JSON when completed, "p" .. fingerprint ":" nonce while in progress
+-- ARGV[1]  this execution's in-progress marker
 -- ARGV[2]  its time to live in milliseconds
 local v = redis.call('get', KEYS[1])
 if v and string.sub(v, 1, 1) == 'c' then

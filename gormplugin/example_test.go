@@ -18,7 +18,7 @@ type Item struct {
 	ID    uint
 	SKU   string `gorm:"size:64;uniqueIndex"`
 	Stock int
-	Fence gormplugin.Fence
+	Fence gormplugin.Fence // BIGINT NOT NULL DEFAULT 0: the newest token that wrote the row
 }
 
 // Purchase may exist once per user and SKU, and once per idempotency key.

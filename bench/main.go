@@ -6,7 +6,7 @@
 //
 // From the repository root:
 //
-//	go -C bench run .            # the full run (7–9 minutes on 2 cores)
+//	go -C bench run .            # the full run (8–10 minutes on 2 cores)
 //	go -C bench run . -quick     # one short round (under a minute)
 //
 // It never touches a Redis it did not start (it needs redis-server in PATH).
@@ -23,6 +23,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -185,8 +186,10 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	started, load := time.Now(), loadAverage()
+	started, load, rev := time.Now(), loadAverage(), revision()
+	samples := sampleLoad(ctx, 5*time.Second)
 	r, err := measure(ctx, e, cfg, log)
+	loads := samples()
 	if err != nil {
 		return err
 	}
@@ -195,7 +198,11 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		return err
 	}
 	m.took = time.Since(started)
-	m.loadStart, m.loadEnd = load, loadAverage()
+	m.loadStart, m.loadEnd, m.revision = load, loadAverage(), rev
+	for _, l := range loads {
+		m.loadMean += l / float64(len(loads))
+		m.loadMax = max(m.loadMax, l)
+	}
 	m.command = commandLine()
 	return writeReport(out, cfg, m, r)
 }
@@ -207,4 +214,46 @@ func commandLine() string {
 		args = append(args, a)
 	}
 	return strings.Join(args, " ")
+}
+
+// sampleLoad reads the 1-minute load average now and every interval until
+// the returned function is called, which returns the samples.
+func sampleLoad(ctx context.Context, interval time.Duration) func() []float64 {
+	var (
+		mu   sync.Mutex
+		out  []float64
+		stop = make(chan struct{})
+		done = make(chan struct{})
+	)
+	read := func() {
+		if v, err := strconv.ParseFloat(loadAverage(), 64); err == nil {
+			mu.Lock()
+			out = append(out, v)
+			mu.Unlock()
+		}
+	}
+	read()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				read()
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() []float64 {
+		close(stop)
+		<-done
+		read()
+		mu.Lock()
+		defer mu.Unlock()
+		return out
+	}
 }

@@ -28,21 +28,24 @@ type machine struct {
 	command string
 	date    string
 
-	loadStart, loadEnd string // 1-minute load average
-	revision           string // the commit of the framework measured
+	loadStart, loadEnd string  // 1-minute load average
+	loadMean, loadMax  float64 // of the 1-minute load average, sampled every 5 s during the run
+	revision           string  // the commit of the framework measured
 }
 
-// revision names the commit of the framework the benchmark was built with
+// revision names the commit of the framework the benchmark is built with
 // (the module is replaced by the parent directory), and says so when the
-// lock package has changes not committed.
+// packages it measures have changes not committed. Called when the run
+// starts: the code measured is the code of that moment (go run compiled the
+// lock runs just before; the HTTP runs' service is built right after).
 func revision() string {
 	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown commit"
 	}
 	rev := "commit " + strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--", "lock", "fencing").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
-		rev += " with uncommitted changes in lock/ or fencing/"
+	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--", "lock", "fencing", "guard", "ginmw", "gormplugin", "example-seckill").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		rev += " with uncommitted changes in lock/, fencing/, guard/, ginmw/, gormplugin/ or example-seckill/"
 	}
 	return rev
 }
@@ -61,7 +64,7 @@ func loadAverage() string {
 
 func describeMachine(ctx context.Context, admin *redis.Client) (machine, error) {
 	m := machine{cpus: runtime.NumCPU(), model: "unknown CPU", goVer: runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH,
-		date: time.Now().UTC().Format("2006-01-02"), revision: revision()}
+		date: time.Now().UTC().Format("2006-01-02")}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
@@ -165,8 +168,8 @@ func (t *table) row(cells ...string) { fmt.Fprintf(t.w, "| %s |\n", strings.Join
 // writeReport writes the markdown report.
 func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 	cs := contenders()
-	fmt.Fprintf(w, "Measured %s on %d × %s (nproc %d), redis-server %s (its own, started by the run), %s; %d rounds; the run took %v. Load average (1 min) at the start %s, at the end %s.\n\n",
-		m.date, m.cpus, m.model, m.cpus, m.redis, m.goVer, cfg.rounds, m.took.Round(time.Second), m.loadStart, m.loadEnd)
+	fmt.Fprintf(w, "Measured %s on %d × %s (nproc %d), redis-server %s (its own, started by the run), %s; %d rounds; the run took %v. Load average (1 min) at the start %s, at the end %s; sampled every 5 s during the run: mean %.2f, max %.2f.\n\n",
+		m.date, m.cpus, m.model, m.cpus, m.redis, m.goVer, cfg.rounds, m.took.Round(time.Second), m.loadStart, m.loadEnd, m.loadMean, m.loadMax)
 	fmt.Fprintf(w, "Command: `%s` (seckillguard at %s).\n\n", m.command, m.revision)
 	fmt.Fprintf(w, "Each cell: the median over rounds, (min–max over rounds) when they differ. The libraries run one after another in every scenario of a round, in an order rotated each round.\n\n")
 

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -89,6 +90,7 @@ type httpEnv struct {
 	dbAdmin  *sql.DB
 	dbName   string
 	dbServer string // "MariaDB 10.11.x on 127.0.0.1:3306", ...
+	dbPID    int    // the database server's process on this machine, 0 when unknown
 	services map[string]*service
 	users    atomic.Int64 // buyers so far: every request is a new buyer
 }
@@ -197,6 +199,18 @@ func (e *httpEnv) createDatabase(ctx context.Context) error {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	e.dbName = name
+	// The server's process, when it runs here: its CPU time is measured
+	// too (it is shared: other clients' work counts as well).
+	var pidFile string
+	if db.QueryRowContext(ctx, "SELECT @@pid_file").Scan(&pidFile) == nil && (strings.HasPrefix(cfg.Addr, "127.") || strings.HasPrefix(cfg.Addr, "localhost")) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				if _, err := processCPUOf(pid); err == nil {
+					e.dbPID = pid
+				}
+			}
+		}
+	}
 	svcCfg := cfg.Clone()
 	svcCfg.DBName = name
 	e.dsn = svcCfg.FormatDSN()
@@ -386,10 +400,13 @@ func (s *service) putProduct(ctx context.Context, sku string, stock int) error {
 	}
 }
 
-// cpu returns the CPU time (user + system) the service process used so far,
+// cpu returns the CPU time the service process used so far.
+func (s *service) cpu() (time.Duration, error) { return processCPUOf(s.cmd.Process.Pid) }
+
+// processCPUOf returns the CPU time (user + system) process pid used so far,
 // from /proc/<pid>/stat (clock ticks of 10 ms).
-func (s *service) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+func processCPUOf(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -430,7 +447,8 @@ type httpResult struct {
 	latencies  []time.Duration // sorted, of the requests answered in the window
 	answers    map[string]int  // by "<status> <error code>", requests answered in the window
 	serviceCPU time.Duration
-	cost       cost // Redis commands and CPU (sent: 0, the service's client is not hooked)
+	dbCPU      time.Duration // the database server's, when known (else -1)
+	cost       cost          // Redis commands and CPU (sent: 0, the service's client is not hooked)
 }
 
 // runHTTP sends ld to s and measures the window. Requests answered in the
@@ -507,13 +525,24 @@ func runHTTP(ctx context.Context, e *httpEnv, s *service, ld httpLoad) (httpResu
 	}
 
 	var before, after snapshot
-	var cpu0, cpu1 time.Duration
+	var cpu0, cpu1, db0, db1 time.Duration
+	dbCPU := func() time.Duration {
+		if e.dbPID == 0 {
+			return -1
+		}
+		d, err := processCPUOf(e.dbPID)
+		if err != nil {
+			return -1
+		}
+		return d
+	}
 	var window time.Duration
 	var err error
 	measureStart := func() error {
 		if before, err = takeSnapshot(ctx, e.admin, 0); err != nil {
 			return err
 		}
+		db0 = dbCPU()
 		cpu0, err = s.cpu()
 		return err
 	}
@@ -521,6 +550,7 @@ func runHTTP(ctx context.Context, e *httpEnv, s *service, ld httpLoad) (httpResu
 		if after, err = takeSnapshot(ctx, e.admin, 0); err != nil {
 			return err
 		}
+		db1 = dbCPU()
 		cpu1, err = s.cpu()
 		return err
 	}
@@ -572,7 +602,10 @@ func runHTTP(ctx context.Context, e *httpEnv, s *service, ld httpLoad) (httpResu
 	default:
 	}
 	res := httpResult{window: window, latencies: sortDurations(lats), answers: answers,
-		serviceCPU: cpu1 - cpu0, cost: costBetween(before, after)}
+		serviceCPU: cpu1 - cpu0, dbCPU: -1, cost: costBetween(before, after)}
+	if db0 >= 0 && db1 >= 0 {
+		res.dbCPU = db1 - db0
+	}
 	res.requests = int64(len(lats))
 	if n := answers["transport error"]; n > 0 && firstErr != nil {
 		return res, fmt.Errorf("%d requests failed, the first: %v", n, firstErr)
@@ -653,15 +686,20 @@ func measureHTTP(ctx context.Context, h *httpEnv, cfg config, r *results, round 
 func httpValues(x httpResult) map[string]float64 {
 	n := float64(max(x.requests, 1))
 	ok := float64(x.answers["201"])
+	db := math.NaN()
+	if x.dbCPU >= 0 {
+		db = float64(x.dbCPU.Nanoseconds()) / 1e3 / n
+	}
 	return map[string]float64{
-		"rps":  float64(x.requests) / x.window.Seconds(),
-		"p50":  percentile(x.latencies, 50) / 1e6,
-		"p99":  percentile(x.latencies, 99) / 1e6,
-		"max":  percentile(x.latencies, 100) / 1e6,
-		"ok":   ok / n * 100,
-		"cpu":  float64(x.serviceCPU.Nanoseconds()) / 1e3 / n,
-		"exec": float64(x.cost.executed) / n,
-		"rcpu": float64(x.cost.redisCPU.Nanoseconds()) / 1e3 / n,
+		"dbcpu": db,
+		"rps":   float64(x.requests) / x.window.Seconds(),
+		"p50":   percentile(x.latencies, 50) / 1e6,
+		"p99":   percentile(x.latencies, 99) / 1e6,
+		"max":   percentile(x.latencies, 100) / 1e6,
+		"ok":    ok / n * 100,
+		"cpu":   float64(x.serviceCPU.Nanoseconds()) / 1e3 / n,
+		"exec":  float64(x.cost.executed) / n,
+		"rcpu":  float64(x.cost.redisCPU.Nanoseconds()) / 1e3 / n,
 	}
 }
 
@@ -689,6 +727,7 @@ func (r *results) addHTTPCost(sh httpShape, row httpRow, base, x httpResult) {
 	r.add(sh.id, row.name, "drps", (v["rps"]/b["rps"]-1)*100)
 	r.add(sh.id, row.name, "dtime", (1/v["rps"]-1/b["rps"])*1e6) // µs of the run's wall time per request
 	r.add(sh.id, row.name, "dcpu", v["cpu"]-b["cpu"])
+	r.add(sh.id, row.name, "ddbcpu", v["dbcpu"]-b["dbcpu"])
 	r.add(sh.id, row.name, "dexec", v["exec"]-b["exec"])
 	r.add(sh.id, row.name, "drcpu", v["rcpu"]-b["rcpu"])
 }
@@ -705,22 +744,22 @@ func tail(s string, n int) string {
 // writeHTTP writes the HTTP tables.
 func writeHTTP(w io.Writer, cfg config, r *results) {
 	fmt.Fprintf(w, "### The whole HTTP path\n\n")
-	fmt.Fprintf(w, "The reference service `example-seckill`, built from this working tree, one process per mode: `serve -mode none` (no lock) and `serve -mode guard` (the policies of its built-in guard.yaml: the distributed lock `sku:<sku>`, wait 2 s, watchdog; the product row claimed with the lock's token before it is read, the writes fenced). Both on a redis-server of their own (not the lock runs') and %s. %d clients in the benchmark process (Go net/http, keep-alive) send purchases (`POST /api/seckill/:sku`) in a closed loop, each by a new buyer (`X-User-ID`), with no `Idempotency-Key` except in the rows that say so, either all on one SKU or each on one of %s SKUs picked at random (then a request finds its SKU taken by another in flight about %.0f%% of the time); every SKU has a stock of 10⁹, so nothing sells out and every request buys. Measured: a window of %v after %v of warm-up, the requests answered in it (those in flight at its end finish uncounted); the modes take turns in every round, in an order rotated each round. Service CPU is the service process's (from /proc, 10 ms ticks); Redis: commands run (INFO commandstats, script-internal ones included) and CPU of the services' redis-server.\n\n",
+	fmt.Fprintf(w, "The reference service `example-seckill`, built from this working tree, one process per mode: `serve -mode none` (no lock) and `serve -mode guard` (the policies of its built-in guard.yaml: the distributed lock `sku:<sku>`, wait 2 s, watchdog; the product row claimed with the lock's token before it is read, the writes fenced). Both on a redis-server of their own (not the lock runs') and %s. %d clients in the benchmark process (Go net/http, keep-alive) send purchases (`POST /api/seckill/:sku`) in a closed loop, each by a new buyer (`X-User-ID`), with no `Idempotency-Key` except in the rows that say so, either all on one SKU or each on one of %s SKUs picked at random (then a request finds its SKU taken by another in flight about %.0f%% of the time); every SKU has a stock of 10⁹, so nothing sells out and every request buys. Measured: a window of %v after %v of warm-up, the requests answered in it (those in flight at its end finish uncounted); the modes take turns in every round, in an order rotated each round. CPU times per request are the service process's and the database server's (from /proc, 10 ms ticks; the database server is shared with whatever else uses it, so its column is the noisiest); Redis: commands run (INFO commandstats, script-internal ones included) and CPU of the services' redis-server.\n\n",
 		r.httpSetup, cfg.httpClients, strings.TrimSuffix(httpShapes[1].title, " SKUs"), 100*float64(cfg.httpClients-1)/float64(httpShapes[1].skus), cfg.httpDuration, cfg.httpWarmup)
-	t := newTable(w, "SKUs", "mode", "requests/s", "p50 ms", "p99 ms", "max ms", "answered 201, %", "service CPU µs / req", "commands Redis ran / req", "Redis CPU µs / req")
+	t := newTable(w, "SKUs", "mode", "requests/s", "p50 ms", "p99 ms", "max ms", "answered 201, %", "service CPU µs / req", "database CPU µs / req", "commands Redis ran / req", "Redis CPU µs / req")
 	for _, sh := range httpShapes {
 		for _, row := range httpRows {
 			g := func(m string) []float64 { return r.get(sh.id, row.name, m) }
-			t.row(sh.title, row.name, cell(g("rps"), ""), cell(g("p50"), ""), cell(g("p99"), ""), cell(g("max"), ""), cell(g("ok"), ""), cell(g("cpu"), ""), cell(g("exec"), ""), cell(g("rcpu"), ""))
+			t.row(sh.title, row.name, cell(g("rps"), ""), cell(g("p50"), ""), cell(g("p99"), ""), cell(g("max"), ""), cell(g("ok"), ""), cell(g("cpu"), ""), cell(g("dbcpu"), ""), cell(g("exec"), ""), cell(g("rcpu"), ""))
 		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "What the guard costs a request: the difference to `none` in the same round (median over rounds, min–max). \"Time per request\" is 1/throughput − 1/throughput of `none`: the extra wall time the service needs per request at this load.\n\n")
-	t = newTable(w, "SKUs", "mode", "requests/s", "time per request µs", "p50 ms", "p99 ms", "service CPU µs / req", "commands Redis ran / req", "Redis CPU µs / req")
+	t = newTable(w, "SKUs", "mode", "requests/s", "time per request µs", "p50 ms", "p99 ms", "service CPU µs / req", "database CPU µs / req", "commands Redis ran / req", "Redis CPU µs / req")
 	for _, sh := range httpShapes {
 		for _, row := range httpRows[1:] {
 			g := func(m string) []float64 { return r.get(sh.id, row.name, m) }
-			t.row(sh.title, row.name, signed(g("drps"), "%"), signed(g("dtime"), ""), signed(g("dp50"), ""), signed(g("dp99"), ""), signed(g("dcpu"), ""), signed(g("dexec"), ""), signed(g("drcpu"), ""))
+			t.row(sh.title, row.name, signed(g("drps"), "%"), signed(g("dtime"), ""), signed(g("dp50"), ""), signed(g("dp99"), ""), signed(g("dcpu"), ""), signed(g("ddbcpu"), ""), signed(g("dexec"), ""), signed(g("drcpu"), ""))
 		}
 	}
 	fmt.Fprintln(w)

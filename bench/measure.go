@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -200,4 +201,53 @@ func critical(d time.Duration) {
 	}
 	for time.Since(start) < d {
 	}
+}
+
+// machineBusy returns the CPU time all processors spent busy so far (user,
+// nice, system, irq, softirq, steal; not idle or I/O wait), from /proc/stat
+// in clock ticks of 10 ms, and false when it cannot be read.
+func machineBusy() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, false
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		busy += v
+	}
+	return time.Duration(busy) * 10 * time.Millisecond, true
+}
+
+// settle waits until the machine is nearly idle — all processors together
+// busy less than a tenth of one for 300 ms — or up to limit, so that a
+// measurement does not start while the work of the previous one (a
+// database flushing what the HTTP runs wrote, a redis-server freeing a
+// flushed keyspace) or anybody else's still runs. It returns how long it
+// waited and whether the machine got that quiet.
+func settle(ctx context.Context, limit time.Duration) (time.Duration, bool, error) {
+	const window = 300 * time.Millisecond
+	start := time.Now()
+	for time.Since(start) < limit {
+		b0, ok := machineBusy()
+		if !ok {
+			return 0, true, nil
+		}
+		if err := sleepCtx(ctx, window); err != nil {
+			return 0, false, err
+		}
+		b1, _ := machineBusy()
+		if b1-b0 < window/10 {
+			return time.Since(start), true, nil
+		}
+	}
+	return time.Since(start), false, nil
 }

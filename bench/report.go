@@ -174,7 +174,7 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 	fmt.Fprintf(w, "Each cell: the median over rounds, (min–max over rounds) when they differ. The libraries run one after another in every scenario of a round, in an order rotated each round.\n\n")
 
 	if cfg.scenarios["uncontended"] {
-		fmt.Fprintf(w, "### Uncontended Lock+Unlock\n\nOne goroutine locks and unlocks a lock nobody else uses, %d times per library and round, in %d blocks: the libraries take turns block by block. Time of one Lock+Unlock: the median cycle (robust to noise from elsewhere on the machine) and the mean; \"vs floor\" compares medians within each round. Per Lock+Unlock:\n\n", cfg.uncontended, cfg.blocks)
+		fmt.Fprintf(w, "### Uncontended Lock+Unlock\n\nOne goroutine locks and unlocks a lock nobody else uses, %d times per library and round, in %d blocks: the libraries take turns block by block. Time of one Lock+Unlock: the median cycle (robust to noise from elsewhere on the machine) and the mean; \"vs floor\" is, within each round, the median over the blocks of the ratio of the library's median cycle to the floor's in the same block. Per Lock+Unlock:\n\n", cfg.uncontended, cfg.blocks)
 		t := newTable(w, "library", "µs (median)", "µs (mean)", "vs floor", "commands sent", "commands Redis ran", "client CPU µs", "Redis CPU µs", "allocs", "bytes")
 		for _, c := range cs {
 			g := func(metric string) []float64 { return r.get("unc", c.name, metric) }

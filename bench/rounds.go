@@ -122,6 +122,16 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 		}
 
 		if cfg.scenarios["uncontended"] {
+			// The uncontended times are the most sensitive to other work:
+			// let the previous round's aftermath end first.
+			waited, quiet, err := settle(ctx, 15*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			if !quiet {
+				r.note("round %d: the machine was still busy (more than a tenth of a core) after %v when the uncontended runs started", round+1, waited.Round(time.Second))
+			}
+			fmt.Fprintf(log, "%s settled in %v (quiet: %v)\n", tag, waited.Round(10*time.Millisecond), quiet)
 			us, err := runUncontended(ctx, e, order, cfg.uncontended, cfg.blocks, name("uncontended"))
 			if err == nil {
 				for _, c := range cs {
@@ -129,7 +139,7 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 					r.addUncontended(c, u)
 					fmt.Fprintf(log, "%s uncontended %-20s p50 %6.1f µs per Lock+Unlock\n", tag, c.name, percentile(u.cycles, 50)/1e3)
 				}
-				r.addVsFloor(cs)
+				r.addVsFloor(cs, us)
 			}
 			if err := after(contender{name: "every library"}, "uncontended", err); err != nil {
 				return nil, err
@@ -207,17 +217,26 @@ func (r *results) addUncontended(c contender, u uncontended) {
 }
 
 // addVsFloor records, for the round just measured, each contender's
-// uncontended time relative to the floor's of the same round.
-func (r *results) addVsFloor(cs []contender) {
-	floor := r.get("unc", "floor", "us")
-	if len(floor) == 0 {
+// uncontended time relative to the floor's: the median over the blocks of
+// the ratio of its block's median cycle to the floor's in the same block
+// (they ran one right after the other). The speed of this machine drifts by
+// up to 2× over seconds, with nothing visible running in it; a ratio of
+// neighbours is steady where a ratio of whole-round medians is not.
+func (r *results) addVsFloor(cs []contender, us map[string]uncontended) {
+	floor, ok := us["floor"]
+	if !ok {
 		return
 	}
-	f := floor[len(floor)-1]
 	for _, c := range cs {
-		if v := r.get("unc", c.name, "us"); len(v) == len(floor) {
-			r.add("unc", c.name, "vsfloor", (v[len(v)-1]/f-1)*100)
+		u := us[c.name]
+		if len(u.blocks) != len(floor.blocks) || len(u.blocks) == 0 {
+			continue
 		}
+		ratios := make([]float64, len(u.blocks))
+		for b := range u.blocks {
+			ratios[b] = float64(u.blocks[b]) / float64(floor.blocks[b])
+		}
+		r.add("unc", c.name, "vsfloor", (median(ratios)-1)*100)
 	}
 }
 

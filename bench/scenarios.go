@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -44,6 +45,7 @@ func (e *env) reset(ctx context.Context) error {
 // uncontended is one goroutine locking and unlocking a lock nobody else uses.
 type uncontended struct {
 	cycles []time.Duration // each Lock+Unlock, sorted
+	blocks []time.Duration // the median Lock+Unlock of each block, in block order
 	cost   cost            // summed over the blocks
 }
 
@@ -103,6 +105,8 @@ func runUncontended(ctx context.Context, e *env, cs []contender, ops, blocks int
 				}
 				s.out.cycles = append(s.out.cycles, time.Since(t))
 			}
+			block := sortDurations(slices.Clone(s.out.cycles[len(s.out.cycles)-n:]))
+			s.out.blocks = append(s.out.blocks, time.Duration(percentile(block, 50)))
 			after, err := takeSnapshot(ctx, e.admin, s.sent.Total())
 			if err != nil {
 				return nil, err

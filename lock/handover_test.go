@@ -193,3 +193,41 @@ func TestHandover_TurnsRotateBetweenClients(t *testing.T) {
 		}
 	}
 }
+
+func TestHandover_AClientAloneKeepsHandingOver(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	c := instances(t, srv, 1)[0]
+	m := c.Mutex(lockName(t))
+	held, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, rounds = 8, 10
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				ctx, err := m.Lock(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(200 * time.Microsecond)
+				m.Unlock(ctx)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // all queued behind the holder
+	before := commandCalls(t, rdb)
+	m.Unlock(held)
+	wg.Wait()
+	d := delta(before, commandCalls(t, rdb))
+	// No other Client listens: turns end only when the queue runs dry, not
+	// every eight handovers (which would free the lock and publish).
+	if d["publish"] > 2 {
+		t.Fatalf("%d unlock messages for %d acquisitions by one Client: it freed the lock for nobody (%v)", d["publish"], goroutines*rounds, d)
+	}
+}

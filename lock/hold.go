@@ -511,13 +511,19 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 	}
 	renewed := c.releasing(h)
 	turn := false
+	channel := h.kind.channel(h)
 	if h.levels == 1 {
-		var w *waiter
-		if w, turn = c.reserveHandover(h); w != nil {
+		w, end := c.reserveHandover(h)
+		if w == nil && end && !c.othersListen(ctx, channel) {
+			// Nobody else waits for a turn: hand over on.
+			c.renewTurn(channel)
+			w, end = c.reserveHandover(h)
+		}
+		if w != nil {
 			return c.handOver(ctx, h, w, renewed)
 		}
+		turn = end
 	}
-	channel := h.kind.channel(h)
 	if turn {
 		c.startTurn(channel)
 	}

@@ -283,6 +283,17 @@ func (s *subscriber) dropped(channel string) {
 	s.c.resubscribe(channel, cs)
 }
 
+// listening returns how many subscriptions this Client has on channel in
+// the server's count: 1 while it is subscribed, else 0.
+func (s *subscriber) listening(channel string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cs := s.chans[channel]; cs != nil && cs.confirmed && cs.err == nil {
+		return 1
+	}
+	return 0
+}
+
 // rotate moves this Client to the end of the server's list of subscribers of
 // channel, by unsubscribing and subscribing again on the same connection.
 // Redis (up to 7.0) notifies subscribers in the order they subscribed, and

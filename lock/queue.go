@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
@@ -236,6 +238,39 @@ func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
 	w.reserved = true
 	q.handoffs++
 	return w, false
+}
+
+// renewTurn starts a new run of handovers on channel without freeing the
+// lock: no other Client waits for its turn.
+func (c *Client) renewTurn(channel string) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if q := c.queues[channel]; q != nil {
+		q.handoffs = 0
+	}
+}
+
+// othersListen reports whether a subscriber other than this Client listens
+// on channel — another Client, or a Redisson client, whose waiters deserve
+// a turn. It asks Redis once per turn (PUBSUB NUMSUB, or SHARDNUMSUB on the
+// channel's node in a Cluster), and assumes so when Redis cannot say.
+func (c *Client) othersListen(ctx context.Context, channel string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	var counts map[string]int64
+	var err error
+	if c.cluster {
+		var node *redis.Client
+		if node, err = c.rdb.(*redis.ClusterClient).MasterForKey(ctx, channel); err == nil {
+			counts, err = node.PubSubShardNumSub(ctx, channel).Result()
+		}
+	} else {
+		counts, err = c.rdb.PubSubNumSub(ctx, channel).Result()
+	}
+	if err != nil {
+		return true
+	}
+	return counts[channel] > c.subs.listening(channel)
 }
 
 // startTurn is called before the lock of channel is freed at the end of

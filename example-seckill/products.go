@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	gomysql "github.com/go-sql-driver/mysql"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -60,7 +61,7 @@ func (s *Service) putProduct(c *gin.Context) {
 	ctx := c.Request.Context()
 	p := Product{SKU: in.SKU, Name: in.Name, Stock: *in.Stock, Price: in.Price}
 	created := false
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	write := func(tx *gorm.DB) error {
 		res := tx.Model(&Product{}).Where("sku = ?", p.SKU).
 			Updates(map[string]any{"name": p.Name, "stock": p.Stock, "price": p.Price})
 		if res.Error != nil {
@@ -71,7 +72,17 @@ func (s *Service) putProduct(c *gin.Context) {
 			return tx.Create(&p).Error
 		}
 		return tx.Where("sku = ?", p.SKU).Delete(&Order{}).Error
-	})
+	}
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		// Two creations of one new SKU at once can deadlock on MariaDB (the
+		// UPDATE that matches no row takes a gap lock, then both INSERT):
+		// the database picks a victim, which simply runs again.
+		created = false
+		if err = s.db.WithContext(ctx).Transaction(write); !isDeadlock(err) {
+			break
+		}
+	}
 	switch {
 	case err == nil:
 		s.soldOut.forget(p.SKU)
@@ -86,4 +97,11 @@ func (s *Service) putProduct(c *gin.Context) {
 	default:
 		s.internal(c, "write the product", err)
 	}
+}
+
+// isDeadlock reports whether err is MySQL's "Deadlock found" (1213), after
+// which the transaction was rolled back and may run again.
+func isDeadlock(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
 }

@@ -2,10 +2,10 @@ package main
 
 import (
 	"errors"
-	gomysql "github.com/go-sql-driver/mysql"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/seckillguard/seckillguard/ginmw"

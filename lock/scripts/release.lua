@@ -12,6 +12,10 @@
 -- nothing. The last level removes the owner whatever the stored count, so a
 -- re-entry whose reply was lost can never keep the lock held forever.
 --
+-- A release that leaves levels held does not touch the expiry (Redisson's
+-- resets it): the watchdog renews a watchdog hold, and a fixed lease keeps
+-- the deadline its holder's context was given.
+--
 -- Returns the hold count left (0 = the lock is free now), or
 --         -1 when the owner does not hold the lock: it expired, was
 --            force-unlocked, or a copy of this call already released it.

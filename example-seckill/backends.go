@@ -153,12 +153,14 @@ func (b *Backends) OpenDB() (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As many idle connections as open ones: a pool that may open more
+	// than it keeps closes and redials a connection per query under load.
+	conns := 32
 	if b.sqlite {
-		sqlDB.SetMaxOpenConns(8)
-	} else {
-		sqlDB.SetMaxOpenConns(32)
+		conns = 8
 	}
-	sqlDB.SetMaxIdleConns(8)
+	sqlDB.SetMaxOpenConns(conns)
+	sqlDB.SetMaxIdleConns(conns)
 	if err := db.Use(gormplugin.New()); err != nil {
 		_ = sqlDB.Close()
 		return nil, err

@@ -78,7 +78,7 @@ func reportNewer(db *gorm.DB, w *write, keys []string, conds []clause.Expression
 // the token's context ended is a refused write like any other.
 func failCheck(db *gorm.DB, w *write, err error) {
 	stmt := db.Statement
-	if stmt.Context.Err() != nil {
+	if ended(stmt.Context) {
 		db.AddError(refused(stmt, w.token))
 		return
 	}

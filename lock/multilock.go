@@ -172,7 +172,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if lo.err != nil {
 		return ctx, wrap(ml.label, lo.err)
 	}
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		return ctx, ctxErr(ml.label, ctx)
 	}
 	owner, known := c.owner(ctx)
@@ -255,7 +255,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if len(ml.groups) > 1 {
 		if err := ml.raise(ctx, tokens, floor); err != nil {
 			ml.rollback(ctx, ml.groups, byKey)
-			if ctx.Err() != nil {
+			if ended(ctx) {
 				return ctx, ctxErr(ml.label, ctx)
 			}
 			return ctx, wrap(ml.label, err)
@@ -336,7 +336,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 }
 
 func (ml *MultiLock) failed(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		return ctxErr(ml.label, ctx)
 	}
 	return wrap(ml.label, err)

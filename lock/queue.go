@@ -182,7 +182,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			w.tryNow = w.head
 			c.qmu.Unlock()
 		case <-deadline:
-			if ctx.Err() != nil { // both ended: the caller's end wins, never "busy"
+			if ended(ctx) { // both ended: the caller's end wins, never "busy"
 				return giveUp(ctxErr(name, ctx), false)
 			}
 			return giveUp(notAcquired(ctx, name), true)

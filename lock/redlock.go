@@ -203,7 +203,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 	if lo.ack.replicas > 0 {
 		return ctx, wrap(r.name, fmt.Errorf("%w: replica acknowledgement does not apply to a RedLock (its nodes are independent masters)", ErrInvalid))
 	}
-	if ctx.Err() != nil {
+	if ended(ctx) {
 		return ctx, ctxErr(r.name, ctx)
 	}
 	if rh, _ := ctx.Value(redKey{r.id}).(*redHold); rh != nil {
@@ -321,7 +321,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		}
 		r.rollback(ctx, nodeTimeout, holds, unknown)
 		split = ok > 0
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return false, 0, ctxErr(r.name, ctx)
 		}
 		if failed > len(r.clients)-r.quorum {

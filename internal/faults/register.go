@@ -50,6 +50,12 @@ func OpenDB(dsn string) (*gorm.DB, error) {
 	if err := db.Use(gormplugin.New()); err != nil {
 		return nil, fmt.Errorf("faults: install gormplugin: %w", err)
 	}
+	// Keep the connections it opens: database/sql keeps two idle ones by
+	// default, and concurrent holders would otherwise redial per statement.
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.SetMaxOpenConns(16)
+		sqlDB.SetMaxIdleConns(16)
+	}
 	return db, nil
 }
 

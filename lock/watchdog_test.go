@@ -178,8 +178,11 @@ func TestWatchdog_RenewsManyLocksInBatches(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond) // four periods of 300ms
 	d := delta(before, commandCalls(t, rdb))
 	// 2000 locks = 4 script calls of 512 per period; about 4 periods (fewer
-	// on a loaded machine). One call per lock would be thousands.
-	if d["evalsha"] > 4*5 || d["evalsha"] < 4 {
+	// on a loaded machine). Locks taken over more than half a period are
+	// not all due in the same pass, so a pass may split them into one more
+	// call on each side: up to twice as many. One call per lock would be
+	// thousands.
+	if d["evalsha"] > 2*4*5 || d["evalsha"] < 4 {
 		t.Fatalf("renewal calls in 1.2s = %d, want about 16 (4 batched calls per period)", d["evalsha"])
 	}
 	for i, ctx := range ctxs {

@@ -13,13 +13,16 @@
 -- Returns the waiter's new fencing token, or -1 when the releasing owner
 -- does not hold the lock (it expired or was force-unlocked). A resent copy
 -- whose twin was applied finds the waiter holding and returns its token.
-if redis.call('hget', KEYS[1], ARGV[1]) == false then
+--
+-- The releasing owner's field is the hash's only one (the lock is
+-- exclusive), so removing it, whatever its count, empties the hash and
+-- Redis deletes the key: HDEL checks the owner and frees in one command.
+if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
   if redis.call('hget', KEYS[1], ARGV[2]) == '1' then
     return tonumber(redis.call('get', KEYS[2]) or 0)
   end
   return -1
 end
-redis.call('del', KEYS[1]) -- the releasing owner's last level, whatever its count
 redis.call('hset', KEYS[1], ARGV[2], 1)
 redis.call('pexpire', KEYS[1], ARGV[3])
 return issue_token(KEYS[2], 0)

@@ -226,7 +226,7 @@ func TestHandover_AClientAloneKeepsHandingOver(t *testing.T) {
 	wg.Wait()
 	d := delta(before, commandCalls(t, rdb))
 	// No other Client listens: turns end only when the queue runs dry, not
-	// every eight handovers (which would free the lock and publish).
+	// every cohort of handovers (which would free the lock and publish).
 	if d["publish"] > 2 {
 		t.Fatalf("%d unlock messages for %d acquisitions by one Client: it freed the lock for nobody (%v)", d["publish"], goroutines*rounds, d)
 	}

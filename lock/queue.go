@@ -31,13 +31,15 @@ type waitQueue struct {
 // the Client free the lock regularly, so that the waiters of other Clients
 // (other instances of the service) get their turn.
 //
-// A turn costs Redis about 23 commands (the release and its message, the
+// A turn costs Redis about 20 commands (the release and its message, the
 // other Clients' race for the lock, this Client's resubscription), a
-// handover 7: with 16 handovers a turn a hot key runs under 8 commands per
-// acquisition (7.96 measured, 8.79 with 8). A longer turn keeps the other
-// Clients waiting longer: on one hot key with a 2 ms critical section the
-// p99 wait was 450 ms with 16 against 355 ms with 8 (docs/BENCHMARKS.md).
-const cohortLimit = 16
+// handover 7, so a longer run of handovers costs Redis less per
+// acquisition: on one hot key (4 Clients x 16 goroutines, 200 us) 16 ran
+// 7.96 commands per acquisition against 8.79 for 8. It also keeps the other
+// Clients waiting longer: the p99 wait rose from 55-71 ms to 81-91 ms, and
+// with a 2 ms section from 355 to 381-450 ms (go -C bench run .). The
+// waits of other instances matter more than Redis' cycles.
+const cohortLimit = 8
 
 // yieldDelay is how long the head of a Client that has just ended a run of
 // handovers (see cohortLimit) lets the waiters of other Clients take the

@@ -19,9 +19,20 @@
 -- Returns the hold count left (0 = the lock is free now), or
 --         -1 when the owner does not hold the lock: it expired, was
 --            force-unlocked, or a copy of this call already released it.
-local held = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or 0)
 local expected = tonumber(ARGV[2])
 
+if expected <= 1 then
+  -- The last level. The owner's field is the only one of an exclusive
+  -- lock's hash: HDEL tells whether it holds and, emptying the hash,
+  -- deletes the key, in one command.
+  if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
+    return -1
+  end
+  redis.call(ARGV[3], KEYS[2], 0)
+  return 0
+end
+
+local held = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or 0)
 if held == 0 then
   return -1
 end
@@ -31,7 +42,7 @@ if expected > 1 and held == expected - 1 then
   return held
 end
 
-if expected <= 1 or held <= 1 then
+if held <= 1 then
   redis.call('del', KEYS[1])
   redis.call(ARGV[3], KEYS[2], 0)
   return 0

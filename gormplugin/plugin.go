@@ -63,9 +63,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
 )
@@ -191,7 +191,7 @@ func (p *Plugin) guard(db *gorm.DB) {
 		}
 		return
 	}
-	if ended(stmt.Context) {
+	if ctxutil.Ended(stmt.Context) {
 		db.AddError(refused(stmt, token))
 		return
 	}
@@ -275,7 +275,7 @@ func refuseLateRaw(db *gorm.DB) {
 func refuseLateIn(db *gorm.DB, inTx bool) {
 	stmt := db.Statement
 	token, ok := fencing.FromContext(stmt.Context)
-	if !ok || db.Error == nil || !ended(stmt.Context) ||
+	if !ok || db.Error == nil || !ctxutil.Ended(stmt.Context) ||
 		errors.Is(db.Error, fencing.ErrStale) || errors.Is(db.Error, ErrDuplicate) {
 		return
 	}
@@ -285,21 +285,6 @@ func refuseLateIn(db *gorm.DB, inTx bool) {
 			stmt.Result.Error = db.Error
 		}
 	}
-}
-
-// ended reports whether ctx is over. A context whose deadline has passed
-// counts even when its timer has not fired yet: the driver's network
-// deadline, taken from the context, can fail a statement first. ended then
-// waits the moment it takes, so that ctx.Err and context.Cause say why.
-func ended(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		<-ctx.Done()
-		return true
-	}
-	return false
 }
 
 // inTransaction reports whether the statement ran in a transaction: GORM's

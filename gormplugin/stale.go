@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
@@ -78,7 +79,7 @@ func reportNewer(db *gorm.DB, w *write, keys []string, conds []clause.Expression
 // the token's context ended is a refused write like any other.
 func failCheck(db *gorm.DB, w *write, err error) {
 	stmt := db.Statement
-	if ended(stmt.Context) {
+	if ctxutil.Ended(stmt.Context) {
 		db.AddError(refused(stmt, w.token))
 		return
 	}

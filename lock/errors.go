@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
+
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 var (
@@ -82,24 +83,10 @@ func ctxErr(name string, ctx context.Context) error {
 // the caller's context ended too — a caller that gave up is never told the
 // lock was busy.
 func notAcquired(ctx context.Context, name string) error {
-	if ended(ctx) {
+	if ctxutil.Ended(ctx) {
 		return ctxErr(name, ctx)
 	}
 	return wrap(name, ErrNotAcquired)
-}
-
-// ended reports whether ctx is over. A context whose deadline has passed
-// counts even when its timer has not fired yet (a loaded machine runs that
-// timer late): ended waits the moment it takes, so that ctx.Err says why.
-func ended(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		<-ctx.Done()
-		return true
-	}
-	return false
 }
 
 // lostError is the cause of a lost hold's context.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // A role is the part a hold plays in its lock's Redis layout.
@@ -290,7 +291,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name s
 	if lo.err != nil {
 		return ctx, wrap(name, lo.err)
 	}
-	if ended(ctx) {
+	if ctxutil.Ended(ctx) {
 		return ctx, ctxErr(name, ctx)
 	}
 	owner, known := c.owner(ctx)
@@ -361,7 +362,7 @@ func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, err
 	if ok && conn != nil {
 		if err := c.confirmReplicas(ctx, conn, h.ack); err != nil {
 			c.forget(ctx, h, true)
-			if ended(ctx) {
+			if ctxutil.Ended(ctx) {
 				return false, 0, ctxErr(h.name, ctx)
 			}
 			return false, 0, wrap(h.name, err)
@@ -375,7 +376,7 @@ func (c *Client) attemptFailed(ctx context.Context, h *hold, err error) error {
 	if outcomeUnknown(err) {
 		c.forget(ctx, h, true)
 	}
-	if ended(ctx) {
+	if ctxutil.Ended(ctx) {
 		return ctxErr(h.name, ctx)
 	}
 	return wrap(h.name, err)
@@ -452,7 +453,7 @@ func (c *Client) reenter(ctx context.Context, h *hold) (context.Context, error) 
 	if err != nil {
 		// An unknown outcome needs no rollback: the final release removes
 		// the owner whatever count Redis holds.
-		if ended(ctx) {
+		if ctxutil.Ended(ctx) {
 			return ctx, ctxErr(h.name, ctx)
 		}
 		return ctx, wrap(h.name, err)

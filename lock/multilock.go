@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // A MultiLock holds several locks as one: "stock and balance together, or
@@ -172,7 +173,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if lo.err != nil {
 		return ctx, wrap(ml.label, lo.err)
 	}
-	if ended(ctx) {
+	if ctxutil.Ended(ctx) {
 		return ctx, ctxErr(ml.label, ctx)
 	}
 	owner, known := c.owner(ctx)
@@ -255,7 +256,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if len(ml.groups) > 1 {
 		if err := ml.raise(ctx, tokens, floor); err != nil {
 			ml.rollback(ctx, ml.groups, byKey)
-			if ended(ctx) {
+			if ctxutil.Ended(ctx) {
 				return ctx, ctxErr(ml.label, ctx)
 			}
 			return ctx, wrap(ml.label, err)
@@ -336,7 +337,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 }
 
 func (ml *MultiLock) failed(ctx context.Context, err error) error {
-	if ended(ctx) {
+	if ctxutil.Ended(ctx) {
 		return ctxErr(ml.label, ctx)
 	}
 	return wrap(ml.label, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // A waitQueue lines up the goroutines of one Client that wait for one lock,
@@ -191,7 +192,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			w.tryNow = w.head
 			c.qmu.Unlock()
 		case <-deadline:
-			if ended(ctx) { // both ended: the caller's end wins, never "busy"
+			if ctxutil.Ended(ctx) { // both ended: the caller's end wins, never "busy"
 				return giveUp(ctxErr(name, ctx), false)
 			}
 			return giveUp(notAcquired(ctx, name), true)

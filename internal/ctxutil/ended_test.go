@@ -1,0 +1,44 @@
+package ctxutil_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
+)
+
+func TestEnded(t *testing.T) {
+	if ctxutil.Ended(context.Background()) {
+		t.Fatal("a background context ended")
+	}
+	live, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if ctxutil.Ended(live) {
+		t.Fatal("a context an hour from its deadline ended")
+	}
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if !ctxutil.Ended(cancelled) || !errors.Is(cancelled.Err(), context.Canceled) {
+		t.Fatal("a cancelled context did not end")
+	}
+}
+
+// Right after its deadline a context has ended, and says why when Ended
+// returns, whether or not its timer has fired yet.
+func TestEnded_PassedDeadlineSaysDeadlineExceeded(t *testing.T) {
+	for i := 0; i < 1000; i++ {
+		d := time.Now().Add(time.Duration(i%5) * time.Microsecond)
+		ctx, cancel := context.WithDeadline(context.Background(), d)
+		for time.Now().Before(d) {
+		}
+		if !ctxutil.Ended(ctx) {
+			t.Fatalf("try %d: not ended after its deadline", i)
+		}
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("try %d: Err = %v after Ended, want DeadlineExceeded", i, ctx.Err())
+		}
+		cancel()
+	}
+}

@@ -25,12 +25,21 @@ end
 -- missed the last tokens, unless clocks are skewed by more than the failover
 -- took. Lua numbers are doubles: exact up to 2^53, written with %.0f, never
 -- with tostring's %.14g.
+--
+-- The clock is nearly always ahead of the counter (a token per microsecond
+-- is a million acquisitions a second), so the new value is written first
+-- and the old one read by the same SET (its GET option, Redis 6.2): one
+-- command instead of a GET and a SET. Only when the stored token is not
+-- below the clock (a clock gone back, or a counter raised past it) is it
+-- written again, as stored + 1.
 local function issue_token(counter, floor)
-  local token = tonumber(redis.call('get', counter) or 0) + 1
-  local now = now_us()
-  if now > token then token = now end
+  local token = now_us()
   if floor > token then token = floor end
-  redis.call('set', counter, string.format('%.0f', token))
+  local stored = tonumber(redis.call('set', counter, string.format('%.0f', token), 'get') or 0)
+  if stored >= token then
+    token = stored + 1
+    redis.call('set', counter, string.format('%.0f', token))
+  end
   return token
 end
 

@@ -34,12 +34,13 @@ type waitQueue struct {
 //
 // A turn costs Redis about 20 commands (the release and its message, the
 // other Clients' race for the lock, this Client's resubscription), a
-// handover 7, so a longer run of handovers costs Redis less per
-// acquisition: on one hot key (4 Clients x 16 goroutines, 200 us) 16 ran
-// 7.96 commands per acquisition against 8.79 for 8. It also keeps the other
-// Clients waiting longer: the p99 wait rose from 55-71 ms to 81-91 ms, and
-// with a 2 ms section from 355 to 381-450 ms (go -C bench run .). The
-// waits of other instances matter more than Redis' cycles.
+// handover 6, so a longer run of handovers costs Redis less per
+// acquisition. It also keeps the other Clients waiting longer: measured on
+// one hot key (4 Clients x 16 goroutines, 200 us) when a handover ran 7
+// commands, 16 handovers a turn ran 7.96 commands per acquisition against
+// 8.79 for 8, but the p99 wait rose from 55-71 ms to 81-91 ms, and with a
+// 2 ms section from 355 to 381-450 ms (go -C bench run .). The waits of
+// other instances matter more than Redis' cycles.
 const cohortLimit = 8
 
 // yieldDelay is how long the head of a Client that has just ended a run of

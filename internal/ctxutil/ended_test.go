@@ -42,3 +42,15 @@ func TestEnded_PassedDeadlineSaysDeadlineExceeded(t *testing.T) {
 		cancel()
 	}
 }
+
+// neverDone reports a deadline but can never be cancelled (its Done is nil):
+// a context out of contract, which must not hang Ended.
+type neverDone struct{ context.Context }
+
+func (neverDone) Deadline() (time.Time, bool) { return time.Now().Add(-time.Second), true }
+
+func TestEnded_NilDoneNeverEnds(t *testing.T) {
+	if ctxutil.Ended(neverDone{context.Background()}) {
+		t.Fatal("a context that cannot be cancelled ended")
+	}
+}

@@ -6,12 +6,20 @@ import (
 	"time"
 )
 
+// timerLag bounds how long Ended waits for a context whose deadline has
+// passed to say so. A context's deadline timer runs late on a loaded
+// machine by a scheduling delay, far less than this; a context whose Done
+// does not close by then has no such timer (a derived context whose parent
+// reports a deadline it never enforces) or a deadline read from a wall
+// clock that jumped, and is taken as not ended.
+const timerLag = 100 * time.Millisecond
+
 // Ended reports whether ctx is over. A context whose deadline has passed
 // counts even when its timer has not fired yet: on a loaded machine that
 // timer can run after a timer of the caller's or a network deadline taken
-// from the context. Ended then waits the moment it takes, so that ctx.Err
-// and context.Cause say why. A context whose Done is nil can never end,
-// whatever deadline it reports.
+// from the context. Ended then waits the moment it takes (at most
+// timerLag), so that ctx.Err and context.Cause say why. A context whose
+// Done is nil can never end, whatever deadline it reports.
 func Ended(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true
@@ -20,9 +28,16 @@ func Ended(ctx context.Context) bool {
 	if done == nil {
 		return false
 	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		<-done
-		return true
+	d, ok := ctx.Deadline()
+	if !ok || time.Now().Before(d) {
+		return false
 	}
-	return false
+	t := time.NewTimer(timerLag)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }

@@ -54,3 +54,18 @@ func TestEnded_NilDoneNeverEnds(t *testing.T) {
 		t.Fatal("a context that cannot be cancelled ended")
 	}
 }
+
+// A context derived from one that reports a deadline it never enforces has
+// a Done channel but no timer: Ended gives up waiting and says it has not
+// ended, as the context itself does.
+func TestEnded_UnenforcedDeadlineDoesNotHang(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(neverDone{context.Background()})
+	defer cancel(nil)
+	start := time.Now()
+	if ctxutil.Ended(ctx) {
+		t.Fatal("a context nobody cancels ended")
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Fatalf("Ended waited %v", waited)
+	}
+}

@@ -196,7 +196,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			if ctxutil.Ended(ctx) { // both ended: the caller's end wins, never "busy"
 				return giveUp(ctxErr(name, ctx), false)
 			}
-			return giveUp(notAcquired(ctx, name), true)
+			return giveUp(wrap(name, ErrNotAcquired), true)
 		case <-ctx.Done():
 			return giveUp(ctxErr(name, ctx), false)
 		case <-c.done:

@@ -164,9 +164,10 @@ func (w *watchdog) armExpiry(t *time.Timer) {
 }
 
 // expireOverdue declares lost every hold whose lease has ended (or is about
-// to: expiryMargin) without a renewal getting through: it may be held by someone else by now, whatever
-// a renewal still under way answers later. What Redis may still hold of it
-// (a renewal that arrives late) is released in the background.
+// to: expiryMargin) without a renewal getting through: it may be held by
+// someone else by now, whatever a renewal still under way answers later.
+// What Redis may still hold of it (a renewal that arrives late) is released
+// in the background.
 func (w *watchdog) expireOverdue() {
 	now := time.Now().Add(w.expiryMargin())
 	var overdue []*renewal
@@ -181,8 +182,7 @@ func (w *watchdog) expireOverdue() {
 	for _, h := range overdue {
 		h.lost("its lease ran out before a renewal got through")
 		if h.abandon != nil {
-			abandon := h.abandon
-			w.c.goBackground(abandon)
+			w.c.goBackground(h.abandon)
 		}
 	}
 }

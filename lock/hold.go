@@ -83,6 +83,7 @@ type hold struct {
 	kind     kind
 	levels   int
 	token    fencing.Token
+	top      fencing.Token // the last token reserved for this hold's run of handovers (see tokenBlock); <= token when none is
 	lease    time.Duration // lease of every acquisition and renewal
 	fixed    bool          // WithLease: no watchdog
 	unsure   bool          // a release failed with an unknown outcome
@@ -310,6 +311,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name s
 	}
 
 	h.kind = k
+	h.top = 0
 	h.fixed = lo.lease > 0
 	h.lease = c.opts.watchdogTimeout
 	if h.fixed {
@@ -324,9 +326,10 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name s
 	spec := waitSpec{
 		name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), try: try,
 	}
-	if _, ok := k.(handing); ok {
+	if hk, ok := k.(handing); ok {
 		spec.h = h
-		spec.granted = func(at time.Time, tok fencing.Token) { start, h.token = at, tok }
+		spec.granted = func(at time.Time, tok, top fencing.Token) { start, h.token, h.top = at, tok, top }
+		spec.probe = func(ctx context.Context) (bool, time.Duration, error) { return hk.probe(ctx, h) }
 	}
 	err := c.waitFor(ctx, spec)
 	if err != nil {
@@ -510,23 +513,33 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 	if h.levels == 0 {
 		return wrap(h.name, ErrNotHeld)
 	}
+	var until time.Time // when h's lease ends unless renewed, if the watchdog renews it
+	if h.levels == 1 && !h.fixed {
+		until = c.dog.leaseEnd(&h.renewal) // before releasing: a renewal may move it, never back
+	}
 	renewed := c.releasing(h)
 	turn := false
+	others := int64(0)
 	channel := h.kind.channel(h)
 	if h.levels == 1 {
 		w, end := c.reserveHandover(h)
-		if w == nil && end && !c.othersListen(ctx, channel) {
-			// Nobody else waits for a turn: hand over on.
-			c.renewTurn(channel)
-			w, end = c.reserveHandover(h)
+		if w == nil && end {
+			if others = c.othersListening(ctx, channel); others == 0 {
+				// Nobody else waits for a turn: hand over on.
+				c.renewTurn(channel)
+				w, end = c.reserveHandover(h)
+			}
 		}
 		if w != nil {
-			return c.handOver(ctx, h, w, renewed)
+			if !renewed {
+				until = time.Time{}
+			}
+			return c.handOver(ctx, h, w, until, renewed)
 		}
 		turn = end
 	}
 	if turn {
-		c.startTurn(channel)
+		c.startTurn(channel, others)
 	}
 	left, err := h.kind.release(context.WithoutCancel(ctx), h)
 	if turn {
@@ -539,16 +552,28 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 // same Client (see cohortLimit).
 type handing interface {
 	kind
-	// transfer hands the lock from from, at its final release, to to. It
-	// returns to's new token, or a negative one when from does not hold
+	// transfer hands the lock from from, at its final release, to to,
+	// setting a new lease when lease > 0 and keeping the lock's expiry
+	// otherwise. It returns to's token and the last token reserved for
+	// to's run of handovers, or a negative token when from does not hold
 	// the lock any more.
-	transfer(ctx context.Context, from, to *hold) (fencing.Token, error)
+	transfer(ctx context.Context, from, to *hold, lease time.Duration) (tok, top fencing.Token, err error)
+	// probe reports whether h's lock is free, with one command, and if not,
+	// how long to wait for an unlock message at most.
+	probe(ctx context.Context, h *hold) (bool, time.Duration, error)
 }
 
-// handOver releases h's last level by handing the lock to waiter w.
-func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, renewed bool) error {
+// handOver releases h's last level by handing the lock to waiter w. until,
+// when set, is when h's lease ends unless the watchdog renews it: a waiter
+// the watchdog renews too keeps that lease when enough of it is left,
+// rather than have the handover set it anew.
+func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Time, renewed bool) error {
 	at := time.Now()
-	tok, err := h.kind.(handing).transfer(context.WithoutCancel(ctx), h, w.h)
+	lease := w.h.lease
+	if !until.IsZero() && !w.h.fixed && w.h.lease == h.lease && until.Sub(at) > lease/2 {
+		at, lease = until.Add(-lease), 0
+	}
+	tok, top, err := h.kind.(handing).transfer(context.WithoutCancel(ctx), h, w.h, lease)
 	switch {
 	case err != nil:
 		if outcomeUnknown(err) {
@@ -558,13 +583,13 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, renewed bool)
 			w.h.kind.undo(rctx, w.h, true)
 			cancel()
 		}
-		c.handedOver(w, false, at, 0)
+		c.handedOver(w, false, at, 0, 0)
 		return c.settle(h, renewed, 0, err)
 	case tok < 0:
-		c.handedOver(w, false, at, 0)
+		c.handedOver(w, false, at, 0, 0)
 		return c.settle(h, renewed, -1, nil)
 	}
-	c.handedOver(w, true, at, tok)
+	c.handedOver(w, true, at, tok, top)
 	return c.settle(h, renewed, 0, nil)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // A Mutex is a reentrant distributed lock in Redisson's RLock layout: a hash
@@ -126,7 +127,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 
 func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
 	lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
-	vals, err := acquireScript.Run(ctx, via, m.keys, lease, h.field, 0).Int64Slice()
+	vals, err := acquireScript.Run(ctx, via, m.keys, lease, h.field, 0, tokenBlock).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -134,6 +135,7 @@ func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool,
 		switch vals[0] {
 		case 1:
 			h.token = fencing.Token(vals[1])
+			h.top = h.token + tokenBlock - 1
 			return true, 0, nil
 		case 0:
 			return false, retryAfter(m.c, vals[1]), nil
@@ -173,11 +175,37 @@ func (m *Mutex) renewal(h *hold) (*redis.Script, []string, []any) {
 }
 
 // transfer hands the lock from from, released at its last level, to to, a
-// waiter of the same Client: see transfer.lua.
-func (m *Mutex) transfer(ctx context.Context, from, to *hold) (fencing.Token, error) {
-	lease := strconv.FormatInt(to.lease.Milliseconds(), 10)
-	tok, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, lease).Int64()
-	return fencing.Token(tok), err
+// waiter of the same Client: see transfer.lua. to gets the token after
+// from's when from has one reserved, and a new block of tokenBlock
+// otherwise.
+func (m *Mutex) transfer(ctx context.Context, from, to *hold, lease time.Duration) (tok, top fencing.Token, err error) {
+	var next fencing.Token
+	if from.top > from.token {
+		next = from.token + 1
+	}
+	n, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, lease.Milliseconds(), int64(next), tokenBlock).Int64()
+	switch {
+	case err != nil || n < 0:
+		return fencing.Token(n), 0, err
+	case next > 0:
+		return next, from.top, nil
+	}
+	return fencing.Token(n), fencing.Token(n) + tokenBlock - 1, nil
+}
+
+// probe asks for the lock's PTTL: free when there is no lock key.
+func (m *Mutex) probe(ctx context.Context, h *hold) (bool, time.Duration, error) {
+	d, err := m.c.rdb.PTTL(ctx, m.key).Result()
+	if err != nil {
+		if ctxutil.Ended(ctx) {
+			return false, 0, ctxErr(m.name, ctx)
+		}
+		return false, 0, wrap(m.name, err)
+	}
+	if d < 0 { // no lock key (or one without expiry, which the attempt reports)
+		return true, 0, nil
+	}
+	return false, d, nil
 }
 
 func (m *Mutex) channel(*hold) string { return m.unlockCh }

@@ -46,7 +46,6 @@ type chanSub struct {
 	// Guarded by subscriber.mu.
 	refs      int
 	confirmed bool
-	rotations int         // own resubscriptions whose confirmation is still to come (see rotate)
 	idle      *time.Timer // pending unsubscribe
 }
 
@@ -250,10 +249,6 @@ func (s *subscriber) confirm(channel string) {
 	s.mu.Lock()
 	cs := s.chans[channel]
 	again := cs != nil && cs.confirmed
-	if again && cs.rotations > 0 {
-		cs.rotations-- // the answer to rotate, not a reconnect
-		again = false
-	}
 	if cs != nil && !cs.confirmed {
 		cs.confirmed = true
 		close(cs.ready)
@@ -270,7 +265,7 @@ func (s *subscriber) confirm(channel string) {
 func (s *subscriber) dropped(channel string) {
 	s.mu.Lock()
 	cs := s.chans[channel]
-	if cs == nil || cs.refs == 0 || cs.rotations > 0 {
+	if cs == nil || cs.refs == 0 {
 		s.mu.Unlock()
 		return
 	}
@@ -292,40 +287,6 @@ func (s *subscriber) listening(channel string) int64 {
 		return 1
 	}
 	return 0
-}
-
-// rotate moves this Client to the end of the server's list of subscribers of
-// channel, by unsubscribing and subscribing again on the same connection.
-// Redis (up to 7.0) notifies subscribers in the order they subscribed, and
-// the first notified waiter usually wins the race that follows an unlock:
-// rotating after each turn of a Client lets every Client be first in turn.
-// A message published between the two commands is missed by this Client
-// alone; its caller covers that with a wake-up of its own.
-func (s *subscriber) rotate(channel string) {
-	s.mu.Lock()
-	cs := s.chans[channel]
-	if cs == nil || !cs.confirmed || cs.err != nil || cs.conn == nil || s.closed {
-		s.mu.Unlock()
-		return
-	}
-	cs.rotations++
-	conn := cs.conn
-	s.mu.Unlock()
-	ctx, cancel := s.c.backgroundContext(time.Second)
-	defer cancel()
-	var err error
-	if conn.sharded {
-		if err = conn.ps.SUnsubscribe(ctx, channel); err == nil {
-			err = conn.ps.SSubscribe(ctx, channel)
-		}
-	} else if err = conn.ps.Unsubscribe(ctx, channel); err == nil {
-		err = conn.ps.Subscribe(ctx, channel)
-	}
-	if err != nil {
-		s.mu.Lock()
-		cs.rotations = 0 // the reconnect resubscribes; its confirmation wakes the head
-		s.mu.Unlock()
-	}
 }
 
 // close closes every pub/sub connection; their reading goroutines end.

@@ -22,26 +22,46 @@ type waitQueue struct {
 	sub     *chanSub // the unlock channel's subscription, taken by the first head that needs it
 
 	handoffs int       // locks handed from holder to head in a row, without freeing (see cohortLimit)
-	yield    time.Time // until then the head lets other Clients take the lock (see yieldDelay)
+	yield    time.Time // until then the head lets other Clients take the lock (see yieldDelay, turnStagger)
+	others   int64     // other subscribers of the channel when this Client's last turn ended
+	heard    int64     // unlock messages that ended other Clients' turns since then
 }
 
 // cohortLimit bounds how many times in a row a lock is handed from one
-// holder of a Client straight to the next waiter of the same Client. Handing
-// over saves the unlock message and the race that follows it, so a hot lock
-// moves inside one process at the cost of one round trip; the bound makes
-// the Client free the lock regularly, so that the waiters of other Clients
+// holder of a Client straight to the next waiter of the same Client: a
+// Client's turn serves at most cohortLimit+1 holders, 16. Handing over saves
+// the unlock message and the race that follows it, so a hot lock moves
+// inside one process at the cost of one round trip; the bound makes the
+// Client free the lock regularly, so that the waiters of other Clients
 // (other instances of the service) get their turn.
 //
-// A turn costs Redis about 20 commands (the release and its message, the
-// other Clients' race for the lock, this Client's resubscription), a
-// handover 6, so a longer run of handovers costs Redis less per
-// acquisition. It also keeps the other Clients waiting longer: measured on
-// one hot key (4 Clients x 16 goroutines, 200 us) when a handover ran 7
-// commands, 16 handovers a turn ran 7.96 commands per acquisition against
-// 8.79 for 8, but the p99 wait rose from 55-71 ms to 81-91 ms, and with a
-// 2 ms section from 355 to 381-450 ms (go -C bench run .). The waits of
-// other instances matter more than Redis' cycles.
-const cohortLimit = 8
+// A turn costs Redis about 13 commands (the release and its message, the
+// count of listeners, the next Client's acquisition, the others' PTTL
+// looks), a handover 3, so a longer turn costs Redis less per acquisition
+// and keeps the other Clients waiting longer. Measured on one hot key (4
+// Clients x 16 goroutines, 200 us sections, turns in strict rotation: see
+// turnStagger): turns of 9 ran 4.11 commands per acquisition with a p99
+// wait of 29 ms, turns of 12 3.83 and 37 ms, turns of 16 3.62 and 26 ms
+// (every waiter of a Client served in one turn there); with 2 ms sections
+// 12 gave a p99 of 192 ms, 16 138 ms.
+const cohortLimit = 15
+
+// tokenBlock is how many fencing tokens a Mutex's acquisition reserves, its
+// own included: the holders it hands the lock to in a run of handovers take
+// the next ones without a command to issue them (see issue_token in
+// lib.lua). A run longer than that (no other Client waits) reserves another
+// block.
+const tokenBlock = cohortLimit + 1
+
+// turnStagger orders the Clients that race for a lock freed at the end of a
+// turn. Redis tells every subscriber of the unlock channel at once, and
+// which one's attempt lands first is down to scheduling: left to that, two
+// Clients can take turns while a third waits through many. A Client counts
+// the turns it hears end after its own; one that has heard fewer than there
+// are other Clients holds back turnStagger for each turn it is short, so the
+// Client that waited longest tries first and the others, arriving later,
+// look with one PTTL instead of a failed attempt.
+const turnStagger = 200 * time.Microsecond
 
 // yieldDelay is how long the head of a Client that has just ended a run of
 // handovers (see cohortLimit) lets the waiters of other Clients take the
@@ -65,8 +85,9 @@ type waiter struct {
 	h        *hold
 	reserved bool          // a releaser is handing the lock over to this waiter
 	granted  bool          // the lock was handed over: it is held for h
-	grantTok fencing.Token // the token the handover issued
-	grantAt  time.Time     // when the handover was sent
+	grantTok fencing.Token // the token the handover gave h
+	grantTop fencing.Token // the last token reserved for h's run of handovers (see tokenBlock)
+	grantAt  time.Time     // when h's lease began: the handover was sent, or the releaser's lease began
 	leaving  bool          // the waiter gave up: no handover any more
 }
 
@@ -90,10 +111,17 @@ type waitSpec struct {
 	subscribe func(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error
 
 	// h, when set, may be handed the lock by a releasing holder of this
-	// Client; granted is then called with when the handover was sent and
-	// the token it issued, instead of an attempt succeeding.
+	// Client; granted is then called with when h's lease began, the token
+	// the handover gave h and the last one reserved, instead of an attempt
+	// succeeding.
 	h       *hold
-	granted func(at time.Time, tok fencing.Token)
+	granted func(at time.Time, tok, top fencing.Token)
+
+	// probe, when set, asks Redis cheaply whether the lock is free, for the
+	// head's first look after its Client let the others go first (see
+	// yieldDelay): it reports whether to try now, and if not, how long to
+	// wait for an unlock message at most.
+	probe func(ctx context.Context) (free bool, retry time.Duration, err error)
 }
 
 // waitFor calls s.try until it acquires, s.wait runs out (ErrNotAcquired),
@@ -131,10 +159,10 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	// meanwhile: a wait that ran out then succeeds after all; a caller
 	// whose context ended, or a closed Client, gets the lock released.
 	giveUp := func(err error, keep bool) error {
-		if at, tok, ok := c.withdraw(w); ok {
+		if at, tok, top, ok := c.withdraw(w); ok {
 			if keep {
 				acquired = true
-				s.granted(at, tok)
+				s.granted(at, tok, top)
 				return nil
 			}
 			s.h.kind.undo(context.WithoutCancel(ctx), s.h, true)
@@ -145,16 +173,24 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	for {
 		c.qmu.Lock()
 		if w.granted {
-			at, tok := w.grantAt, w.grantTok
+			at, tok, top := w.grantAt, w.grantTok, w.grantTop
 			c.qmu.Unlock()
 			acquired = true
-			s.granted(at, tok)
+			s.granted(at, tok, top)
 			return nil
 		}
 		head, tryNow, bound := w.head, w.tryNow, w.bound
 		w.tryNow, w.bound = false, -1
-		if wait := time.Until(q.yield); head && tryNow && wait > 0 {
-			tryNow, bound = false, wait // other Clients first
+		probe := false
+		if head && tryNow && !q.yield.IsZero() {
+			if wait := time.Until(q.yield); wait > 0 {
+				tryNow, bound = false, wait // other Clients first
+			} else {
+				// The others had their head start; most likely one of them
+				// holds the lock now, and its unlock message will come.
+				q.yield = time.Time{}
+				probe = s.probe != nil
+			}
 		}
 		c.qmu.Unlock()
 
@@ -169,6 +205,16 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			}
 			if err != nil {
 				return giveUp(err, false)
+			}
+			if probe {
+				free, r, err := s.probe(ctx)
+				if err != nil {
+					return giveUp(err, false)
+				}
+				if !free {
+					timer.Reset(r)
+					goto wait
+				}
 			}
 			ok, r, err := try(ctx)
 			if err != nil {
@@ -186,6 +232,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 		if head && bound >= 0 {
 			timer.Reset(bound)
 		}
+	wait:
 		select {
 		case <-w.notify:
 		case <-timer.C:
@@ -208,7 +255,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 // withdraw takes w out of the handovers as it gives up: it waits for a
 // handover under way to w to finish and reports whether the lock was handed
 // to w (when and with which token).
-func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, bool) {
+func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
 	c.qmu.Lock()
 	w.leaving = true
 	for w.reserved {
@@ -217,7 +264,7 @@ func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, bool) {
 		c.qmu.Lock()
 	}
 	defer c.qmu.Unlock()
-	return w.grantAt, w.grantTok, w.granted
+	return w.grantAt, w.grantTok, w.grantTop, w.granted
 }
 
 // reserveHandover picks the waiter of this Client that h's lock can be handed
@@ -261,11 +308,12 @@ func (c *Client) renewTurn(channel string) {
 	}
 }
 
-// othersListen reports whether a subscriber other than this Client listens
-// on channel — another Client, or a Redisson client, whose waiters deserve
-// a turn. It asks Redis once per turn (PUBSUB NUMSUB, or SHARDNUMSUB on the
-// channel's node in a Cluster), and assumes so when Redis cannot say.
-func (c *Client) othersListen(ctx context.Context, channel string) bool {
+// othersListening returns how many subscribers other than this Client
+// listen on channel — other Clients, or Redisson clients, whose waiters
+// deserve a turn. It asks Redis once per turn (PUBSUB NUMSUB, or
+// SHARDNUMSUB on the channel's node in a Cluster), and answers -1 (some,
+// how many unknown) when Redis cannot say.
+func (c *Client) othersListening(ctx context.Context, channel string) int64 {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	var counts map[string]int64
@@ -279,25 +327,35 @@ func (c *Client) othersListen(ctx context.Context, channel string) bool {
 		counts, err = c.rdb.PubSubNumSub(ctx, channel).Result()
 	}
 	if err != nil {
-		return true
+		return -1
 	}
-	return counts[channel] > c.subs.listening(channel)
+	return max(counts[channel]-c.subs.listening(channel), 0)
 }
 
 // startTurn is called before the lock of channel is freed at the end of
-// this Client's turn: the Client moves to the end of the subscribers, so
-// that another Client hears the unlock first.
-func (c *Client) startTurn(channel string) { c.subs.rotate(channel) }
+// this Client's turn, when others other subscribers listen (-1: some): from
+// then on its head holds back (its own unlock message must not send it
+// racing the others).
+func (c *Client) startTurn(channel string, others int64) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if q := c.queues[channel]; q != nil {
+		q.yield = time.Now().Add(yieldDelay)
+		q.heard, q.others = 0, others
+	}
+}
 
 // endTurn is called after the lock of channel was freed at the end of this
 // Client's turn: its head lets the other Clients try first, for yieldDelay,
-// and then tries even if it heard no unlock message.
+// and then looks whether the lock is free even if it heard no unlock
+// message.
 func (c *Client) endTurn(channel string) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[channel]; q != nil {
 		q.handoffs = 0
 		q.yield = time.Now().Add(yieldDelay)
+		q.heard = 0
 		if len(q.waiters) > 0 {
 			h := q.waiters[0]
 			h.tryNow = true
@@ -307,14 +365,15 @@ func (c *Client) endTurn(channel string) {
 }
 
 // handedOver completes a handover to w reserved by reserveHandover: when it
-// succeeded (at: when it was sent; tok: the token it issued) w is woken
-// holding the lock; otherwise w tries to acquire at once.
-func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok fencing.Token) {
+// succeeded (at: when w's lease began; tok and top: the token it gave w and
+// the last one reserved) w is woken holding the lock; otherwise w tries to
+// acquire at once.
+func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	w.reserved = false
 	if ok {
-		w.granted, w.grantAt, w.grantTok = true, at, tok
+		w.granted, w.grantAt, w.grantTok, w.grantTop = true, at, tok, top
 	} else {
 		w.tryNow = w.head
 	}
@@ -399,12 +458,28 @@ func (c *Client) deliver(channel string) {
 }
 
 // wakeHead makes the head of channel's queue try again. The caller holds qmu.
+//
+// After an unlock message that ended another Client's turn, the head of a
+// Client that has had a turn lately lets those that waited longer go first
+// (see turnStagger): it tries after a pause of turnStagger for each Client
+// that, by the turns it has heard end since its own, is still due before
+// it, and then only if a look shows the lock free.
 func (c *Client) wakeHead(channel string) {
-	if q := c.queues[channel]; q != nil && len(q.waiters) > 0 {
-		h := q.waiters[0]
-		h.tryNow = true
-		signal(h)
+	q := c.queues[channel]
+	if q == nil || len(q.waiters) == 0 {
+		return
 	}
+	if now := time.Now(); q.others > 0 && now.After(q.yield) {
+		q.heard++
+		if due := q.others - q.heard; due > 0 {
+			q.yield = now.Add(time.Duration(due) * turnStagger)
+		} else {
+			q.yield = time.Time{} // its turn: try at once, without a look first
+		}
+	}
+	h := q.waiters[0]
+	h.tryNow = true
+	signal(h)
 }
 
 // A relay forwards the unlock messages of one of this Client's channels to

@@ -12,12 +12,14 @@
 --          reply lost) is recognised instead of counting twice.
 --
 -- Returns {1, token}  acquired; token is the new fencing token on a first
---                     acquisition and 0 on a re-entry (the owner keeps its own)
+--                     acquisition (the n - 1 after it are reserved for the
+--                     owner) and 0 on a re-entry (the owner keeps its own)
 --         {0, pttl}   held by another owner; pttl as PTTL reports it
 --         {-1, 0}     a re-entry found the owner's hold gone (expired or
 --                     force-unlocked)
 local expected = tonumber(ARGV[3])
 local lease = tonumber(ARGV[1])
+local n = tonumber(ARGV[4] or 1)
 
 if expected == 0 then
   local pttl = redis.call('pttl', KEYS[1])
@@ -25,13 +27,14 @@ if expected == 0 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], lease)
     -- the token rule and its reasons: issue_token in lib.lua
-    local token = issue_token(KEYS[2], 0)
+    local token = issue_token(KEYS[2], 0, n)
     return {1, token}
   end
   if redis.call('hget', KEYS[1], ARGV[2]) == '1' then
-    -- This acquisition was applied before; only its reply was lost.
+    -- This acquisition was applied before; only its reply was lost. Its
+    -- token and reservation end at the counter.
     redis.call('pexpire', KEYS[1], lease)
-    return {1, tonumber(redis.call('get', KEYS[2]) or 0)}
+    return {1, tonumber(redis.call('get', KEYS[2]) or 0) - (n - 1)}
   end
   return {0, pttl}
 end

@@ -26,19 +26,27 @@ end
 -- took. Lua numbers are doubles: exact up to 2^53, written with %.0f, never
 -- with tostring's %.14g.
 --
+-- n > 1 reserves the n - 1 tokens after the one returned: the counter is
+-- left at token + n - 1, so every token issued later is above them, and the
+-- caller may give them out itself while its hold lasts without another
+-- command (a Mutex hands its lock over within its Client that way: see
+-- transfer.lua). The clock still bounds them: tokens are microseconds, and
+-- handing over takes longer than one.
+--
 -- The clock is nearly always ahead of the counter (a token per microsecond
 -- is a million acquisitions a second), so the new value is written first
 -- and the old one read by the same SET (its GET option, Redis 6.2): one
 -- command instead of a GET and a SET. Only when the stored token is not
 -- below the clock (a clock gone back, or a counter raised past it) is it
--- written again, as stored + 1.
-local function issue_token(counter, floor)
+-- written again, from stored + 1.
+local function issue_token(counter, floor, n)
+  n = n or 1
   local token = now_us()
   if floor > token then token = floor end
-  local stored = tonumber(redis.call('set', counter, string.format('%.0f', token), 'get') or 0)
+  local stored = tonumber(redis.call('set', counter, string.format('%.0f', token + n - 1), 'get') or 0)
   if stored >= token then
     token = stored + 1
-    redis.call('set', counter, string.format('%.0f', token))
+    redis.call('set', counter, string.format('%.0f', token + n - 1))
   end
   return token
 end

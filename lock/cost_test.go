@@ -53,7 +53,7 @@ func TestCost_UncontendedLockUnlockIsTwoEvalsha(t *testing.T) {
 	t.Logf("per Lock+Unlock: 2 round trips; %.1f commands inside the scripts", float64(inside)/n)
 }
 
-func TestCost_HotKeyStaysUnderEightCommandsPerAcquisition(t *testing.T) {
+func TestCost_HotKeyStaysUnderSixCommandsPerAcquisition(t *testing.T) {
 	srv := testenv.Redis(t)
 	rdb := srv.Client()
 	clients := make([]*lock.Client, 4)
@@ -111,11 +111,12 @@ func TestCost_HotKeyStaysUnderEightCommandsPerAcquisition(t *testing.T) {
 	if float64(sent)/acq > 8 {
 		t.Fatalf("%.2f commands per acquisition, want at most 8", float64(sent)/acq)
 	}
-	// Redis runs about 8 per acquisition here, 7.7 in the longer runs of
-	// docs/BENCHMARKS.md; polling locks run 45 to 67. The bound leaves
-	// room for a loaded machine and catches a return to polling.
-	if float64(executed)/acq > 12 {
-		t.Fatalf("Redis ran %.2f commands per acquisition, want about 8", float64(executed)/acq)
+	// Redis runs about 4 per acquisition here, 3.6 in the longer runs of
+	// docs/BENCHMARKS.md (a handover runs 3); handovers that issued their
+	// own token and lease ran 7.7, polling locks 45 to 67. The bound leaves
+	// room for a loaded machine and catches either.
+	if float64(executed)/acq > 6 {
+		t.Fatalf("Redis ran %.2f commands per acquisition, want about 4", float64(executed)/acq)
 	}
 }
 

@@ -326,3 +326,45 @@ func TestHandover_TokensKeepIncreasingAcrossRunsAndClients(t *testing.T) {
 	}
 	other.Unlock(ctx)
 }
+
+func TestHandover_AHeadWokenDuringAHandoverNeverReusesAToken(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	c := instances(t, srv, 1)[0]
+	name := lockName(t)
+	m := c.Mutex(name)
+	bg := context.Background()
+	for i := 0; i < 100; i++ {
+		held, err := m.Lock(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan context.Context, 1)
+		go func() {
+			ctx, err := m.Lock(bg)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- ctx
+		}()
+		time.Sleep(5 * time.Millisecond) // queued behind the holder
+		// A stray unlock message (a late one, or another process's) sends
+		// the waiting head trying while the holder hands the lock to it.
+		rdb.Publish(bg, "redisson_lock__channel:{"+name+"}", "0")
+		time.Sleep(time.Duration(i%10) * 20 * time.Microsecond)
+		first, _ := fencing.FromContext(held)
+		if err := m.Unlock(held); err != nil {
+			t.Fatal(err)
+		}
+		next := <-got
+		if next == nil {
+			t.FailNow()
+		}
+		if tok, _ := fencing.FromContext(next); tok <= first {
+			t.Fatalf("round %d: the next holder's token %d is not above its predecessor's %d", i, tok, first)
+		}
+		if err := m.Unlock(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

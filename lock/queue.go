@@ -85,6 +85,7 @@ type waiter struct {
 	// fields that do not change while it waits. Guarded by Client.qmu.
 	h        *hold
 	reserved bool          // a releaser is handing the lock over to this waiter
+	trying   bool          // the waiter is trying to acquire by itself: no handover to it meanwhile
 	granted  bool          // the lock was handed over: it is held for h
 	grantTok fencing.Token // the token the handover gave h
 	grantTop fencing.Token // the last token reserved for h's run of handovers (see tokenBlock)
@@ -207,17 +208,28 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			if err != nil {
 				return giveUp(err, false)
 			}
-			if probe {
-				free, r, err := s.probe(ctx)
-				if err != nil {
-					return giveUp(err, false)
-				}
-				if !free {
-					timer.Reset(r)
-					goto wait
-				}
+			// A handover to this waiter and its own attempt exclude each
+			// other: both would make it the holder, each with a token of
+			// its own.
+			c.qmu.Lock()
+			if w.reserved || w.granted {
+				c.qmu.Unlock()
+				continue // handed over, or about to be: wait for the outcome
 			}
-			ok, r, err := try(ctx)
+			w.trying = true
+			c.qmu.Unlock()
+			ok, free, r := false, true, time.Duration(0)
+			if probe {
+				free, r, err = s.probe(ctx)
+			}
+			if err == nil && free {
+				ok, r, err = try(ctx)
+			}
+			if !ok {
+				c.qmu.Lock()
+				w.trying = false
+				c.qmu.Unlock()
+			}
 			if err != nil {
 				return giveUp(err, false)
 			}
@@ -227,6 +239,10 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 				c.qmu.Unlock()
 				acquired = true
 				return nil
+			}
+			if !free { // a look found the lock held: wait for its unlock message
+				timer.Reset(r)
+				goto wait
 			}
 			bound = r
 		}
@@ -288,7 +304,7 @@ func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
 		return nil, true
 	}
 	w = q.waiters[0]
-	if w.h == nil || w.reserved || w.granted || w.leaving || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
+	if w.h == nil || w.reserved || w.granted || w.leaving || w.trying || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
 		return nil, false
 	}
 	if _, ok := w.h.kind.(handing); !ok {

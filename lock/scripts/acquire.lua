@@ -31,10 +31,13 @@ if expected == 0 then
     return {1, token}
   end
   if redis.call('hget', KEYS[1], ARGV[2]) == '1' then
-    -- This acquisition was applied before; only its reply was lost. Its
-    -- token and reservation end at the counter.
+    -- The owner holds already: this acquisition was applied before and
+    -- only its reply was lost, or the lock was handed over to the owner
+    -- while it tried. Either way it gets a new token: the counter may stand
+    -- at the end of a block whose tokens were given out (see issue_token),
+    -- and a token nobody has seen costs nothing.
     redis.call('pexpire', KEYS[1], lease)
-    return {1, tonumber(redis.call('get', KEYS[2]) or 0) - (n - 1)}
+    return {1, issue_token(KEYS[2], 0, n)}
   end
   return {0, pttl}
 end

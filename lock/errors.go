@@ -83,10 +83,17 @@ func ctxErr(name string, ctx context.Context) error {
 // the caller's context ended too — a caller that gave up is never told the
 // lock was busy.
 func notAcquired(ctx context.Context, name string) error {
+	return failed(ctx, name, ErrNotAcquired)
+}
+
+// failed is the error of an operation on the lock called name that failed
+// with err: the caller's context's end when it has ended (the failure is
+// most likely its consequence), err otherwise.
+func failed(ctx context.Context, name string, err error) error {
 	if ctxutil.Ended(ctx) {
 		return ctxErr(name, ctx)
 	}
-	return wrap(name, ErrNotAcquired)
+	return wrap(name, err)
 }
 
 // lostError is the cause of a lost hold's context.

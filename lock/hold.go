@@ -365,10 +365,7 @@ func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, err
 	if ok && conn != nil {
 		if err := c.confirmReplicas(ctx, conn, h.ack); err != nil {
 			c.forget(ctx, h, true)
-			if ctxutil.Ended(ctx) {
-				return false, 0, ctxErr(h.name, ctx)
-			}
-			return false, 0, wrap(h.name, err)
+			return false, 0, failed(ctx, h.name, err)
 		}
 	}
 	return ok, retry, nil
@@ -379,10 +376,7 @@ func (c *Client) attemptFailed(ctx context.Context, h *hold, err error) error {
 	if outcomeUnknown(err) {
 		c.forget(ctx, h, true)
 	}
-	if ctxutil.Ended(ctx) {
-		return ctxErr(h.name, ctx)
-	}
-	return wrap(h.name, err)
+	return failed(ctx, h.name, err)
 }
 
 // forget undoes what an acquisition of h that did not complete may have left
@@ -456,10 +450,7 @@ func (c *Client) reenter(ctx context.Context, h *hold) (context.Context, error) 
 	if err != nil {
 		// An unknown outcome needs no rollback: the final release removes
 		// the owner whatever count Redis holds.
-		if ctxutil.Ended(ctx) {
-			return ctx, ctxErr(h.name, ctx)
-		}
-		return ctx, wrap(h.name, err)
+		return ctx, failed(ctx, h.name, err)
 	}
 	if !ok {
 		if c.lose(h) {
@@ -513,10 +504,6 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 	if h.levels == 0 {
 		return wrap(h.name, ErrNotHeld)
 	}
-	var until time.Time // when h's lease ends unless renewed, if the watchdog renews it
-	if h.levels == 1 && !h.fixed {
-		until = c.dog.leaseEnd(&h.renewal) // before releasing: a renewal may move it, never back
-	}
 	renewed := c.releasing(h)
 	turn := false
 	others := int64(0)
@@ -531,8 +518,9 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 			}
 		}
 		if w != nil {
-			if !renewed {
-				until = time.Time{}
+			var until time.Time // when h's lease ends unless renewed, if the watchdog renewed it
+			if renewed {
+				until = c.dog.leaseEnd(&h.renewal)
 			}
 			return c.handOver(ctx, h, w, until, renewed)
 		}

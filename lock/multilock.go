@@ -256,10 +256,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if len(ml.groups) > 1 {
 		if err := ml.raise(ctx, tokens, floor); err != nil {
 			ml.rollback(ctx, ml.groups, byKey)
-			if ctxutil.Ended(ctx) {
-				return ctx, ctxErr(ml.label, ctx)
-			}
-			return ctx, wrap(ml.label, err)
+			return ctx, failed(ctx, ml.label, err)
 		}
 	}
 
@@ -337,10 +334,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 }
 
 func (ml *MultiLock) failed(ctx context.Context, err error) error {
-	if ctxutil.Ended(ctx) {
-		return ctxErr(ml.label, ctx)
-	}
-	return wrap(ml.label, err)
+	return failed(ctx, ml.label, err)
 }
 
 func holdsByKey(g []*Mutex, gh []*hold) map[string]*hold {

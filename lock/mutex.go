@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // A Mutex is a reentrant distributed lock in Redisson's RLock layout: a hash
@@ -197,10 +196,7 @@ func (m *Mutex) transfer(ctx context.Context, from, to *hold, lease time.Duratio
 func (m *Mutex) probe(ctx context.Context, h *hold) (bool, time.Duration, error) {
 	d, err := m.c.rdb.PTTL(ctx, m.key).Result()
 	if err != nil {
-		if ctxutil.Ended(ctx) {
-			return false, 0, ctxErr(m.name, ctx)
-		}
-		return false, 0, wrap(m.name, err)
+		return false, 0, failed(ctx, m.name, err)
 	}
 	if d < 0 { // no lock key (or one without expiry, which the attempt reports)
 		return true, 0, nil

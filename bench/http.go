@@ -368,36 +368,26 @@ send:
 	return err
 }
 
-// putProduct creates or resets a product through the admin endpoint. It
-// asks again after a 500: on MariaDB, concurrent creations of new products
-// deadlock now and then (the service's UPDATE that matches no row takes a
-// gap lock before its INSERT) and the service answers 500 to the victim,
-// whose transaction was rolled back.
+// putProduct creates or resets a product through the admin endpoint.
 func (s *service) putProduct(ctx context.Context, sku string, stock int) error {
 	body := fmt.Sprintf(`{"sku":%q,"name":"bench","stock":%d,"price":1}`, sku, stock)
-	for attempt := 1; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/api/admin/products", strings.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := s.client.Do(req)
-		if err != nil {
-			return fmt.Errorf("create product %s on the %s service: %w", sku, s.mode, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		switch {
-		case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated:
-			return nil
-		case resp.StatusCode == http.StatusInternalServerError && attempt < 5:
-			if err := sleepCtx(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("create product %s on the %s service: %d %s", sku, s.mode, resp.StatusCode, bytes.TrimSpace(b))
-		}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/api/admin/products", strings.NewReader(body))
+	if err != nil {
+		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("create product %s on the %s service: %w", sku, s.mode, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		log, _ := os.ReadFile(s.stderr)
+		return fmt.Errorf("create product %s on the %s service: %d %s; its log: %s",
+			sku, s.mode, resp.StatusCode, bytes.TrimSpace(b), tail(string(log), 3))
+	}
+	return nil
 }
 
 // cpu returns the CPU time the service process used so far.

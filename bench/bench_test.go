@@ -53,7 +53,7 @@ func BenchmarkUncontended(b *testing.B) {
 // goroutines with a 200 µs critical section per library.
 func BenchmarkHotKey(b *testing.B) {
 	e := benchEnv(b)
-	for _, c := range contenders() {
+	for _, c := range lockers(contenders()) {
 		b.Run(sub(c), func(b *testing.B) {
 			ld := load{clients: 4, goroutines: 16, keys: 1, hold: hotHold, count: int64(b.N)}
 			x, err := runContended(context.Background(), e, c, ld, "bench:hot")
@@ -75,7 +75,7 @@ func BenchmarkHotKey(b *testing.B) {
 // BenchmarkHandoff measures b.N handoffs between two instances per library.
 func BenchmarkHandoff(b *testing.B) {
 	e := benchEnv(b)
-	for _, c := range contenders() {
+	for _, c := range lockers(contenders()) {
 		b.Run(sub(c), func(b *testing.B) {
 			h, err := runHandoff(context.Background(), e, c, b.N, "bench:handoff")
 			if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,8 +24,11 @@ import (
 type contender struct {
 	name   string // row label
 	config string // how it is configured, printed under the tables
-	peer   bool   // a peer library: the targets compare this framework's Mutex with peers (the floor is not one)
-	open   func(rdb *redis.Client) instance
+	peer   bool   // a peer library: the targets compare this framework's Mutex with peers (the floors are not)
+	// uncontendedOnly marks a reference that runs only in the uncontended
+	// scenario: under contention it would only spin.
+	uncontendedOnly bool
+	open            func(rdb *redis.Client) instance
 }
 
 // An instance is what one service instance (one process) creates once for a
@@ -94,7 +98,24 @@ func contenders() []contender {
 			config: "one EVALSHA to take (SET NX PX in a script), one to release (compare and DEL in a script), retried at once while taken: the least any lock can do per uncontended acquisition; under contention it spins",
 			open:   openFloor,
 		},
+		{
+			name:            "floor (contract)",
+			config:          "the floor's two script calls doing the Redis work DESIGN.md asks of every acquisition and nothing else: Redisson's reentrant hash (EXISTS, HINCRBY, PEXPIRE), a fencing token (TIME and the counter's SET … GET), and on release HDEL and the unlock message (PUBLISH). No reentrancy bookkeeping, watchdog, context or retry: the least any implementation of this framework's contract costs. Uncontended scenario only",
+			uncontendedOnly: true,
+			open:            openContractFloor,
+		},
 	}
+}
+
+// lockers returns the contenders that run under contention.
+func lockers(cs []contender) []contender {
+	var out []contender
+	for _, c := range cs {
+		if !c.uncontendedOnly {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // ---- this framework ----
@@ -288,6 +309,59 @@ func (m *floorMutex) unlock() error {
 	n, err := floorRelease.Run(context.Background(), m.i.rdb, m.keys, m.value).Int()
 	if err == nil && n != 1 {
 		err = errors.New("floor: not held")
+	}
+	return err
+}
+
+// ---- the contract floor ----
+
+var (
+	//go:embed contract_take.lua
+	contractTakeSrc string
+	//go:embed contract_release.lua
+	contractReleaseSrc string
+
+	contractTake    = redis.NewScript(contractTakeSrc)
+	contractRelease = redis.NewScript(contractReleaseSrc)
+)
+
+type contractInstance struct {
+	rdb   *redis.Client
+	owner string // Redisson's field: "<instance id>:<thread id>"
+}
+
+func openContractFloor(rdb *redis.Client) instance {
+	return &contractInstance{rdb: rdb, owner: "contract-floor-" + strconv.FormatInt(floorSeq.Add(1), 10) + ":1"}
+}
+
+func (i *contractInstance) mutex(name string) mutex {
+	return &contractMutex{i: i,
+		take:    []string{name, "redisson_lock_token:{" + name + "}"},
+		release: []string{name, "redisson_lock__channel:{" + name + "}"}}
+}
+func (i *contractInstance) close() {}
+
+type contractMutex struct {
+	i             *contractInstance
+	take, release []string
+}
+
+func (m *contractMutex) lock(ctx context.Context) error {
+	for {
+		token, err := contractTake.Run(ctx, m.i.rdb, m.take, m.i.owner, floorTTL).Int64()
+		if err == nil && token > 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (m *contractMutex) unlock() error {
+	n, err := contractRelease.Run(context.Background(), m.i.rdb, m.release, m.i.owner).Int()
+	if err == nil && n != 1 {
+		err = errors.New("contract floor: not held")
 	}
 	return err
 }

@@ -190,6 +190,7 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 		writeBreakdown(w, "library", cs, r, "unc", "What Redis ran per Lock+Unlock (last round; a script call counts once as EVALSHA and once per command inside it)")
 	}
 
+	cs = lockers(cs) // the rest is under contention
 	for _, sc := range contendedScenarios(cfg) {
 		if !cfg.scenarios[sc.group] || sc.title == "" {
 			continue
@@ -272,7 +273,7 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 	writeTargets(w, cfg, r)
 
 	fmt.Fprintf(w, "### The libraries as configured\n\n")
-	for _, c := range cs {
+	for _, c := range contenders() {
 		fmt.Fprintf(w, "- **%s**: %s.\n", c.name, c.config)
 	}
 	fmt.Fprintf(w, "\nEvery instance is its own go-redis v9 client (pool of %d connections, go-redis' default here); commands sent are counted by a go-redis hook on those clients (pub/sub connections are not hooked), commands Redis ran by the INFO commandstats delta, which counts a script call as EVALSHA and again each command the script runs. Client CPU is the process's (getrusage) and is shown only where the critical section is empty; allocations are runtime.MemStats.Mallocs deltas, the harness included (it allocates nearly nothing per acquisition).\n\n",
@@ -422,6 +423,11 @@ func writeTargets(w io.Writer, cfg config, r *results) {
 		t.row("uncontended Lock+Unlock within 10% of the floor", fmt.Sprintf("%s µs (%+.1f%%)", num(median(r.get("unc", ours, "us"))), o),
 			"floor: "+num(median(r.get("unc", "floor", "us")))+" µs", verdict(o <= 10),
 			fmt.Sprintf("%s µs (%+.1f%%) [%s]", num(median(r.get("unc", fair, "us"))), f, verdict(f <= 10)))
+		const contract = "floor (contract)"
+		if x := median(r.get("unc", contract, "vsfloor")); !math.IsNaN(x) {
+			t.row("(reference) the contract's own Redis work, no client code: "+contract+" over the floor", "—",
+				fmt.Sprintf("%s µs (%+.1f%%)", num(median(r.get("unc", contract, "us"))), x), "—", "—")
+		}
 	}
 	if !any {
 		t.row("(the hot-key and uncontended scenarios were not run)", "", "", "", "")

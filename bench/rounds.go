@@ -150,7 +150,7 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 			if !cfg.scenarios[sc.group] {
 				continue
 			}
-			for _, c := range order {
+			for _, c := range lockers(order) {
 				x, err := runContended(ctx, e, c, sc.ld, name(sc.id))
 				if err == nil {
 					r.addContended(sc, c, x)
@@ -165,7 +165,7 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 		}
 
 		if cfg.scenarios["handoff"] {
-			for _, c := range order {
+			for _, c := range lockers(order) {
 				h, err := runHandoff(ctx, e, c, cfg.handoffs, name("handoff"))
 				if err == nil {
 					r.add("handoff", c.name, "p50", percentile(h, 50)/1e6)

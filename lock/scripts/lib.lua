@@ -2,9 +2,10 @@
 -- this text in front of each script when it loads it, so every script is
 -- still one EVALSHA; the helpers are plain Lua 5.1 locals.
 --
--- Scripts read the server's clock (TIME) before writing. That is safe:
--- since Redis 5 a script's effects are replicated, not the script, and
--- these scripts need Redis 6.2 anyway (SET ... GET, LPOS).
+-- Scripts read the server's clock (TIME) before writing. Redis 7 replicates
+-- the effects of a script, not the script, so that is safe; older servers
+-- need replicate_commands first.
+if redis.replicate_commands then redis.replicate_commands() end
 
 -- now_us returns the server's clock in microseconds. Deadlines and tokens come
 -- from Redis TIME, never from client clocks.

@@ -2,9 +2,11 @@
 -- this text in front of each script when it loads it, so every script is
 -- still one EVALSHA; the helpers are plain Lua 5.1 locals.
 --
--- Scripts read the server's clock (TIME) before writing. Redis 7 replicates
--- the effects of a script, not the script, so that is safe; older servers
--- need replicate_commands first.
+-- Scripts read the server's clock (TIME) before writing, which is safe only
+-- when a script's effects are replicated rather than the script. Redis 7
+-- always does; Redis 5 to 6.2 do by default but can be set not to
+-- (lua-replicate-commands no), and replicate_commands switches it on for
+-- the script either way.
 if redis.replicate_commands then redis.replicate_commands() end
 
 -- now_us returns the server's clock in microseconds. Deadlines and tokens come

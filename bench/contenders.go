@@ -106,7 +106,7 @@ func contenders() []contender {
 		},
 		{
 			name:            "floor (contract)",
-			config:          "as floor (Redisson), plus the fencing token DESIGN.md requires on every first acquisition (TIME and the counter's SET … GET). No reentrancy bookkeeping, watchdog, context or retry: the least any implementation of this framework's contract costs. Uncontended scenario only",
+			config:          "as floor (Redisson), plus the fencing token this framework issues on every first acquisition (docs/LOCKS.md) (TIME and the counter's SET … GET). No reentrancy bookkeeping, watchdog, context or retry: the least any implementation of this framework's contract costs. Uncontended scenario only",
 			uncontendedOnly: true,
 			open:            func(rdb *redis.Client) instance { return openLayoutFloor(rdb, contractTake) },
 		},

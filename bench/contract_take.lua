@@ -1,5 +1,5 @@
--- contract_take.lua: the contract floor's acquisition. The Redis work
--- DESIGN.md requires of a first acquisition and nothing more: Redisson's
+-- contract_take.lua: the contract floor's acquisition. The Redis work this
+-- framework's contract requires of a first acquisition and nothing more: Redisson's
 -- reentrant hash (free? then HINCRBY and PEXPIRE) and a fencing token,
 -- max(stored + 1, TIME in microseconds), stored in the counter.
 --

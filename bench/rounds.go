@@ -108,7 +108,11 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 		return "bench:" + what + ":" + strconv.Itoa(seq)
 	}
 	for round := range cfg.rounds {
-		order := append(append([]contender(nil), cs[round%len(cs):]...), cs[:round%len(cs)]...)
+		order := rotate(cs, round)
+		// The contended runs rotate their own list: rotating every
+		// contender and dropping the uncontended-only ones would repeat
+		// an order before each had run first.
+		contendedOrder := rotate(lockers(cs), round)
 		tag := fmt.Sprintf("[round %d/%d]", round+1, cfg.rounds)
 		after := func(c contender, what string, err error) error {
 			if ctx.Err() != nil {
@@ -150,7 +154,7 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 			if !cfg.scenarios[sc.group] {
 				continue
 			}
-			for _, c := range lockers(order) {
+			for _, c := range contendedOrder {
 				x, err := runContended(ctx, e, c, sc.ld, name(sc.id))
 				if err == nil {
 					r.addContended(sc, c, x)
@@ -165,7 +169,7 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 		}
 
 		if cfg.scenarios["handoff"] {
-			for _, c := range lockers(order) {
+			for _, c := range contendedOrder {
 				h, err := runHandoff(ctx, e, c, cfg.handoffs, name("handoff"))
 				if err == nil {
 					r.add("handoff", c.name, "p50", percentile(h, 50)/1e6)
@@ -201,6 +205,12 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 		}
 	}
 	return r, nil
+}
+
+// rotate returns cs started at its (round mod len)th element.
+func rotate(cs []contender, round int) []contender {
+	k := round % len(cs)
+	return append(append([]contender(nil), cs[k:]...), cs[:k]...)
 }
 
 func (r *results) addUncontended(c contender, u uncontended) {

@@ -45,6 +45,7 @@ type config struct {
 	watchdog    time.Duration // watchdog timeout of the held-locks scaling
 	scenarios   map[string]bool
 	cpuprofile  string // write a CPU profile of the whole run here
+	busy        bool   // uncontended runs: keep every CPU busy with a nice-19 loop
 
 	httpClients  int           // HTTP runs: requests in flight at once
 	httpWarmup   time.Duration // HTTP runs: unmeasured start
@@ -65,6 +66,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.drain, "drain", 800*time.Millisecond, "after the window, how long the load goes on at most for the waits begun in it to end")
 	fs.IntVar(&c.uncontended, "uncontended", 2000, "uncontended Lock+Unlock cycles per library and round")
 	fs.IntVar(&c.blocks, "blocks", 20, "blocks the uncontended cycles are split into, the libraries taking turns")
+	fs.BoolVar(&c.busy, "busy", true, "during the uncontended runs, keep every CPU busy with a loop at nice 19, so that no round trip waits for an idle vCPU to wake (on a VM that can take tens of µs and hide what the locks cost); -busy=false measures with idle CPUs")
 	fs.IntVar(&c.handoffs, "handoffs", 20, "handoffs measured per handoff run")
 	held := fs.String("held", "100,10000,100000", "numbers of locks one Client holds at once, comma-separated")
 	fs.IntVar(&c.heldRounds, "held-rounds", 2, "how many of the rounds also run the held-locks scaling (20–40 s each)")
@@ -141,6 +143,9 @@ func parseFlags(args []string) (config, error) {
 }
 
 func main() {
+	if os.Getenv(busyEnv) == "1" {
+		busyLoop()
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if err == flag.ErrHelp {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -136,7 +137,14 @@ func measure(ctx context.Context, e *env, cfg config, log io.Writer) (*results, 
 				r.note("round %d: the machine was still busy (more than a tenth of a core) after %v when the uncontended runs started", round+1, waited.Round(time.Second))
 			}
 			fmt.Fprintf(log, "%s settled in %v (quiet: %v)\n", tag, waited.Round(10*time.Millisecond), quiet)
+			stopBusy := func() {}
+			if cfg.busy {
+				if stopBusy, err = startBusyLoops(runtime.NumCPU()); err != nil {
+					return nil, err
+				}
+			}
 			us, err := runUncontended(ctx, e, order, cfg.uncontended, cfg.blocks, name("uncontended"))
+			stopBusy()
 			if err == nil {
 				for _, c := range cs {
 					u := us[c.name]

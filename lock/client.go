@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -42,7 +43,8 @@ type Client struct {
 	rdb     redis.UniversalClient
 	id      string // Redisson's connection manager id: the first half of every owner field
 	cluster bool   // Redis Cluster: shard channels, renewals grouped by slot
-	publish string // "publish" or "spublish"
+	publish any    // "publish" or "spublish", boxed once: it is an argument of most scripts
+	leaseMS any    // the watchdog timeout in milliseconds, as leaseArg gives it
 	opts    clientOptions
 	err     error // set when New got bad input; returned by every operation
 
@@ -90,6 +92,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		}
 	}
 	c.err = c.opts.err
+	c.leaseMS = strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
 	switch r := rdb.(type) {
 	case nil:
 		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
@@ -206,6 +209,15 @@ func (c *Client) owner(ctx context.Context) (int64, bool) {
 }
 
 // field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
+// leaseArg returns the script argument for a lease of d: its milliseconds, as
+// a string boxed once for the watchdog timeout, the lease of most holds.
+func (c *Client) leaseArg(d time.Duration) any {
+	if d == c.opts.watchdogTimeout {
+		return c.leaseMS
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10)
+}
+
 func (c *Client) field(owner int64) string {
 	return c.id + ":" + strconv.FormatInt(owner, 10)
 }

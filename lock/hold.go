@@ -70,10 +70,11 @@ type kind interface {
 // A hold is one owner's possession of one lock, from its first acquisition to
 // its final release or its loss. Its context is the one Lock returns.
 type hold struct {
-	c     *Client
-	id    holdID
-	name  string // as the caller wrote it, for errors
-	field string // the owner's field or member in Redis
+	c        *Client
+	id       holdID
+	name     string // as the caller wrote it, for errors
+	field    string // the owner's field or member in Redis
+	fieldArg any    // field, boxed once for the script arguments of every call
 
 	// sem serialises the acquisitions and releases of this hold, so that the
 	// hold count sent to Redis is always the one this process last saw.
@@ -120,23 +121,31 @@ func (c *Client) ref(id holdID, name string) *hold {
 		if id.role == writer {
 			h.field += ":write"
 		}
-		h.renewal.lost = func(why string) {
-			if c.lose(h) {
-				h.end(lostError(h.name, why))
-			}
-		}
-		h.renewal.abandon = func() {
-			ctx, cancel := c.backgroundContext(time.Second)
-			defer cancel()
-			if h.enter(ctx) == nil {
-				h.kind.undo(ctx, h, true)
-				h.leave()
-			}
-		}
+		h.fieldArg = h.field
+		h.renewal.owner = h
 		c.holds[id] = h
 	}
 	h.refs++
 	return h
+}
+
+// renewalLost is how the watchdog reports that h's lock is lost: h is
+// forgotten and its context ends with cause ErrLost.
+func (h *hold) renewalLost(why string) {
+	if h.c.lose(h) {
+		h.end(lostError(h.name, why))
+	}
+}
+
+// abandon removes from Redis what is left of h after its lease ran out
+// without a renewal getting through, within a second.
+func (h *hold) abandon() {
+	ctx, cancel := h.c.backgroundContext(time.Second)
+	defer cancel()
+	if h.enter(ctx) == nil {
+		h.kind.undo(ctx, h, true)
+		h.leave()
+	}
 }
 
 // refHeld is ref for a hold that is held; it returns nil when there is none.

@@ -125,8 +125,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // The Mutex is the kind of its holds: Redisson's RLock layout.
 
 func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
-	lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
-	vals, err := acquireScript.Run(ctx, via, m.keys, lease, h.field, 0, tokenBlock).Int64Slice()
+	vals, err := acquireScript.Run(ctx, via, m.keys, m.c.leaseArg(h.lease), h.fieldArg, 0, tokenBlock).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -156,7 +155,7 @@ func (m *Mutex) reenter(ctx context.Context, h *hold) (bool, error) {
 }
 
 func (m *Mutex) release(ctx context.Context, h *hold) (int64, error) {
-	return m.c.run(ctx, releaseScript, m.relKeys, h.field, h.levels, m.c.publish).Int64()
+	return m.c.run(ctx, releaseScript, m.relKeys, h.fieldArg, h.levels, m.c.publish).Int64()
 }
 
 func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
@@ -170,7 +169,7 @@ func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 }
 
 func (m *Mutex) renewal(h *hold) (*redis.Script, []string, []any) {
-	return renewScript, []string{m.key}, []any{h.field}
+	return renewScript, m.keys[:1:1], []any{h.fieldArg}
 }
 
 // transfer hands the lock from from, released at its last level, to to, a

@@ -38,13 +38,24 @@ type watchdog struct {
 // with KEYS the keys of each lock in turn and ARGV[1] the lease in
 // milliseconds followed by the arguments of each lock in turn.
 type renewal struct {
-	script  *redis.Script
-	keys    []string // this lock's keys, all in one hash slot
-	args    []any    // this lock's arguments
-	lost    func(why string)
-	abandon func() // optional: removes from Redis what is left of a hold declared lost because its lease ran out
+	script *redis.Script
+	keys   []string // this lock's keys, all in one hash slot
+	args   []any    // this lock's arguments
+	// owner is the hold this renews, or nil for a place in a wait line,
+	// which has lost instead.
+	owner *hold
+	lost  func(why string)
 
 	until time.Time // guarded by watchdog.mu: when the lease ends unless renewed
+}
+
+// fail reports that the lock or the place r renews is lost, for why.
+func (r *renewal) fail(why string) {
+	if r.owner != nil {
+		r.owner.renewalLost(why)
+		return
+	}
+	r.lost(why)
 }
 
 func newWatchdog(c *Client) *watchdog {
@@ -180,9 +191,10 @@ func (w *watchdog) expireOverdue() {
 	}
 	w.mu.Unlock()
 	for _, h := range overdue {
-		h.lost("its lease ran out before a renewal got through")
-		if h.abandon != nil {
-			w.c.goBackground(h.abandon)
+		h.fail("its lease ran out before a renewal got through")
+		if h.owner != nil {
+			// What Redis may still hold of it goes.
+			w.c.goBackground(h.owner.abandon)
 		}
 	}
 }
@@ -251,7 +263,7 @@ func (w *watchdog) renew() time.Duration {
 	}
 	for _, l := range lost {
 		w.remove(l.h)
-		l.h.lost(l.why)
+		l.h.fail(l.why)
 	}
 	return max(next, time.Millisecond)
 }

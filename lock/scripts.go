@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"embed"
+	"regexp"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -10,18 +11,32 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// loadScript returns the embedded script name with the shared helpers of
-// lib.lua and of any further libraries in front of it.
+// loadScript returns the embedded script name with the libraries libs in
+// front of it, and in front of them lib.lua when they use it.
 func loadScript(name string, libs ...string) *redis.Script {
 	src := ""
-	for _, f := range append([]string{"lib.lua"}, append(libs, name)...) {
-		b, err := scriptFiles.ReadFile("scripts/" + f)
-		if err != nil {
-			panic("lock: missing embedded script " + f)
-		}
-		src += string(b) + "\n"
+	for _, f := range append(libs, name) {
+		src += embeddedScript(f) + "\n"
+	}
+	if usesLib.MatchString(src) {
+		src = embeddedScript("lib.lua") + "\n" + src
 	}
 	return redis.NewScript(src)
+}
+
+// usesLib matches a script that calls a helper of lib.lua or reads the
+// server's clock (lib.lua makes that safe on every server). A script that
+// does neither goes without lib.lua: Lua would build its helpers on every
+// call for nothing.
+var usesLib = regexp.MustCompile(`\b(now_us|now_ms|issue_token|raise_token)\s*\(|redis\.call\(\s*['"]time['"]`)
+
+// embeddedScript returns the text of scripts/name.
+func embeddedScript(name string) string {
+	b, err := scriptFiles.ReadFile("scripts/" + name)
+	if err != nil {
+		panic("lock: missing embedded script " + name)
+	}
+	return string(b)
 }
 
 var (

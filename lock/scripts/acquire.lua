@@ -25,7 +25,7 @@ if expected == 0 then
   local pttl = redis.call('pttl', KEYS[1])
   if pttl == -2 then -- no such key: the lock is free
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], lease)
+    redis.call('pexpire', KEYS[1], ARGV[1]) -- the string: no number to format
     -- the token rule and its reasons: issue_token in lib.lua
     local token = issue_token(KEYS[2], 0, n)
     return {1, token}
@@ -36,7 +36,7 @@ if expected == 0 then
     -- while it tried. Either way it gets a new token: the counter may stand
     -- at the end of a block whose tokens were given out (see issue_token),
     -- and a token nobody has seen costs nothing.
-    redis.call('pexpire', KEYS[1], lease)
+    redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, issue_token(KEYS[2], 0, n)}
   end
   return {0, pttl}

@@ -53,6 +53,33 @@ func TestCost_UncontendedLockUnlockIsTwoEvalsha(t *testing.T) {
 	t.Logf("per Lock+Unlock: 2 round trips; %.1f commands inside the scripts", float64(inside)/n)
 }
 
+// The allocations of an uncontended Lock+Unlock, go-redis' included: the
+// hold, its context (owner, cancellation, token) and the script calls'
+// arguments. Measured 42; the bound leaves go-redis a little room, and
+// catches what undoes 0b302d1 (50 before it).
+func TestCost_UncontendedLockUnlockAllocatesAtMost45Times(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := lock.New(srv.Client())
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	var err error
+	cycle := func() {
+		var held context.Context
+		if held, err = m.Lock(context.Background()); err == nil {
+			err = m.Unlock(held)
+		}
+	}
+	cycle() // loads the scripts
+	allocs := testing.AllocsPerRun(200, cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%.1f allocations per uncontended Lock+Unlock", allocs)
+	if allocs > 45 {
+		t.Fatalf("%.1f allocations per uncontended Lock+Unlock, want at most 45", allocs)
+	}
+}
+
 func TestCost_HotKeyStaysUnderSixCommandsPerAcquisition(t *testing.T) {
 	srv := testenv.Redis(t)
 	rdb := srv.Client()

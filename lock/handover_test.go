@@ -167,7 +167,28 @@ func TestHandover_WaitersGivingUpNeverLeaveTheLockStuck(t *testing.T) {
 func TestHandover_TurnsRotateBetweenClients(t *testing.T) {
 	srv := testenv.Redis(t)
 	clients := instances(t, srv, 4)
-	name := lockName(t)
+	// A loaded machine (CI runs the packages at once, under -race) can
+	// upset the order for a while: when one window falls short, a second is
+	// measured and the two count together. Measured: 93-100% in rotation,
+	// under two CPU hogs too; with the turns left to the race after each
+	// unlock message (turnStagger 0), 56-84% per window.
+	rotated, n, gaps := measureTurns(t, clients, lockName(t)+":1")
+	if rotated*100 >= n*85 {
+		return
+	}
+	t.Logf("only %d of %d turns came in rotation (%v); measuring again", rotated, n, gaps)
+	r2, n2, gaps2 := measureTurns(t, clients, lockName(t)+":2")
+	if rotated+r2 < (n+n2)*85/100 {
+		t.Fatalf("only %d of %d turns came in rotation over two windows (%v, %v)", rotated+r2, n+n2, gaps, gaps2)
+	}
+}
+
+// measureTurns has 8 goroutines of each Client lock name for 2 seconds,
+// holding it 1 ms each time, and returns how many turns came in rotation
+// (between two turns of a Client, each other Client had one), out of how
+// many, and the gaps between two turns of a Client, counted in turns.
+func measureTurns(t *testing.T, clients []*lock.Client, name string) (rotated, n int, gaps map[int]int) {
+	t.Helper()
 	var mu sync.Mutex
 	counts := make([]int, len(clients))
 	var order []int // who held the lock, in the order they held it
@@ -208,9 +229,8 @@ func TestHandover_TurnsRotateBetweenClients(t *testing.T) {
 	}
 	// Turns go round: between two turns of a Client, each of the others has
 	// one. Left to the race after each unlock message, two Clients could
-	// take turns while the others wait; the test allows for a loaded
-	// machine upsetting the order now and then.
-	gaps := map[int]int{}
+	// take turns while the others wait.
+	gaps = map[int]int{}
 	last := map[int]int{}
 	turns := 0
 	for k, i := range order {
@@ -223,13 +243,8 @@ func TestHandover_TurnsRotateBetweenClients(t *testing.T) {
 		last[i] = turns
 		turns++
 	}
-	rotated := gaps[len(clients)]
 	t.Logf("%d turns; turns between two of the same Client: %v", turns, gaps)
-	// Measured: 93-100% in rotation, under two CPU hogs too; 74-77% when
-	// the Clients simply race.
-	if n := turns - len(clients); rotated*100 < n*85 {
-		t.Fatalf("only %d of %d turns came in rotation (%v)", rotated, n, gaps)
-	}
+	return gaps[len(clients)], turns - len(clients), gaps
 }
 
 func TestHandover_AClientAloneKeepsHandingOver(t *testing.T) {

@@ -78,10 +78,16 @@ func TestSeckill_InstancePausedMidSaleOversellsNothing(t *testing.T) {
 	srv := testenv.Redis(t)
 	dsn := testenv.MySQL(t)
 	env := []string{"REDIS_URL=redis://" + srv.Addr, "MYSQL_DSN=" + dsn}
-	args := []string{"-watchdog", watchdog.String(), "-hold-delay", "20ms"}
+	// The victim pauses longer between reading the stock and writing it,
+	// so that it can be frozen inside that pause: frozen after its write,
+	// it would have nothing late to refuse.
 	var procs []*seckillProcess
-	for range 3 {
-		procs = append(procs, startSeckill(t, bin, env, args...))
+	for i := range 3 {
+		delay := "20ms"
+		if i == 1 {
+			delay = "100ms"
+		}
+		procs = append(procs, startSeckill(t, bin, env, "-watchdog", watchdog.String(), "-hold-delay", delay))
 	}
 	resp, err := http.Post(procs[0].url+"/api/admin/products", "application/json",
 		strings.NewReader(fmt.Sprintf(`{"sku":%q,"name":"reliability","stock":%d}`, sku, stock)))
@@ -108,9 +114,11 @@ func TestSeckill_InstancePausedMidSaleOversellsNothing(t *testing.T) {
 			paused.Add(1)
 			go func() {
 				defer paused.Done()
-				// Freeze the victim while it holds the SKU's lock.
+				// Freeze the victim while it holds the SKU's lock, within
+				// 50 ms of taking it: inside its 100 ms pause, before its
+				// write.
 				deadline := time.Now().Add(10 * time.Second)
-				for !heldBy(t, srv, "sku:"+sku, owner) {
+				for !heldBy(t, srv, "sku:"+sku, owner) || !takenWithin(srv, "sku:"+sku, watchdog, 50*time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Error("the victim never held the lock during the sale")
 						return
@@ -193,6 +201,13 @@ func lockOwner(t *testing.T, srv *testenv.RedisServer, url, sku string) string {
 }
 
 // heldBy reports whether the lock hash key has a field of owner.
+// takenWithin reports whether the lock key, renewed by a watchdog of
+// timeout lease, was taken (or last renewed) less than d ago.
+func takenWithin(srv *testenv.RedisServer, key string, lease, d time.Duration) bool {
+	pttl, _ := srv.Do("PTTL", key).(int64)
+	return time.Duration(pttl)*time.Millisecond > lease-d
+}
+
 func heldBy(t *testing.T, srv *testenv.RedisServer, key, owner string) bool {
 	fields, _ := srv.Do("HKEYS", key).([]any)
 	for _, f := range fields {

@@ -1,6 +1,6 @@
--- contract_release.lua: the contract floor's release. The last level of a
--- Redisson hash: remove the owner (the emptied hash goes with it) and
--- publish the unlock message waiters wake on.
+-- contract_release.lua: the release of both reference floors, Redisson's and
+-- the contract's. The last level of a Redisson hash: remove the owner (the
+-- emptied hash goes with it) and publish the unlock message waiters wake on.
 --
 -- KEYS[1]  the lock hash; KEYS[2] the unlock channel
 -- ARGV[1]  the owner field

@@ -208,7 +208,6 @@ func (c *Client) owner(ctx context.Context) (int64, bool) {
 	return id, ok
 }
 
-// field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
 // leaseArg returns the script argument for a lease of d: its milliseconds, as
 // a string boxed once for the watchdog timeout, the lease of most holds.
 func (c *Client) leaseArg(d time.Duration) any {
@@ -218,6 +217,7 @@ func (c *Client) leaseArg(d time.Duration) any {
 	return strconv.FormatInt(d.Milliseconds(), 10)
 }
 
+// field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
 func (c *Client) field(owner int64) string {
 	return c.id + ":" + strconv.FormatInt(owner, 10)
 }

@@ -27,20 +27,25 @@ type netWorker struct {
 
 	holds, busy, failed, unlockErrs atomic.Int64
 
-	// stall makes the next critical section last until the lock is lost
-	// (at most 20s); stalled is closed once that section has begun.
-	stall   atomic.Bool
-	stalled chan struct{}
+	stall *staller
 }
 
-func newNetWorker(t *testing.T, name, target string, watchdog time.Duration) *netWorker {
+// staller picks a victim among the workers: once armed, the next critical
+// section any worker enters lasts until its lock is lost (at most 20s), and
+// that worker is sent on victim.
+type staller struct {
+	armed  atomic.Bool
+	victim chan *netWorker
+}
+
+func newNetWorker(t *testing.T, name, target string, watchdog time.Duration, stall *staller) *netWorker {
 	t.Helper()
 	p, err := faults.NewProxy(target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return &netWorker{name: name, proxy: p, stalled: make(chan struct{}),
+	return &netWorker{name: name, proxy: p, stall: stall,
 		locks: lockClient(t, p.Addr, func(o *redis.Options) { o.PoolSize = 8 }, lock.WithWatchdogTimeout(watchdog))}
 }
 
@@ -68,9 +73,9 @@ func (w *netWorker) run(stop <-chan struct{}, rec *history.Recorder, db *gorm.DB
 		s := enter(rec, w.name, key, ctx)
 		if s.Read(db) == nil {
 			wait := hold
-			if w.stall.CompareAndSwap(true, false) {
+			if w.stall.armed.CompareAndSwap(true, false) {
 				wait = 20 * time.Second
-				close(w.stalled)
+				w.stall.victim <- w
 			}
 			select {
 			case <-time.After(wait):
@@ -110,11 +115,12 @@ func TestNetwork_LatencyAndResetsKeepExclusion(t *testing.T) {
 	db, _ := registers(t, names...)
 	rec := history.NewRecorder()
 	var workers []*netWorker
+	stall := &staller{victim: make(chan *netWorker, 1)}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, name := range names {
 		for j := range perKey {
-			w := newNetWorker(t, fmt.Sprintf("w%d.%d", i, j), srv.Addr, watchdog)
+			w := newNetWorker(t, fmt.Sprintf("w%d.%d", i, j), srv.Addr, watchdog, stall)
 			w.proxy.SetLatency(200 * time.Millisecond)
 			w.proxy.SetResetRate(0.05)
 			workers = append(workers, w)
@@ -122,15 +128,17 @@ func TestNetwork_LatencyAndResetsKeepExclusion(t *testing.T) {
 			go func() { defer wg.Done(); w.run(stop, rec, db, name, 20*time.Millisecond) }()
 		}
 	}
-	// A second into the run, one worker is cut off from Redis in the
-	// middle of a critical section that lasts until it is told of its loss.
+	// A second into the run, the next worker to enter a critical section
+	// is cut off from Redis in its middle; the section lasts until the
+	// worker is told of its loss. (Any worker: a given one may be outrun
+	// for many turns at 400ms a round trip.)
 	time.Sleep(time.Second)
-	victim := workers[0]
-	victim.stall.Store(true)
+	stall.armed.Store(true)
+	var victim *netWorker
 	select {
-	case <-victim.stalled:
+	case victim = <-stall.victim:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the victim never entered its stalled critical section")
+		t.Fatal("no worker entered a critical section for 10s")
 	}
 	victim.proxy.SetBlackhole(true)
 	time.Sleep(runFor - time.Second)

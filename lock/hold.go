@@ -74,7 +74,7 @@ type hold struct {
 	id       holdID
 	name     string // as the caller wrote it, for errors
 	field    string // the owner's field or member in Redis
-	fieldArg any    // field, boxed once for the script arguments of every call
+	fieldArg []any  // {field}: field boxed once, for the script arguments of every call and the renewal's list
 
 	// sem serialises the acquisitions and releases of this hold, so that the
 	// hold count sent to Redis is always the one this process last saw.
@@ -89,6 +89,7 @@ type hold struct {
 	fixed    bool          // WithLease: no watchdog
 	unsure   bool          // a release failed with an unknown outcome
 	retrying bool          // a final release failed; releaseLater retries it
+	start    time.Time     // when the first acquisition, or the handover to this hold, was sent
 	ack      replicaAck    // replicas that must confirm the first acquisition
 	queued   bool          // the owner has a place in a wait line in Redis (kept alive by waiting)
 
@@ -121,7 +122,7 @@ func (c *Client) ref(id holdID, name string) *hold {
 		if id.role == writer {
 			h.field += ":write"
 		}
-		h.fieldArg = h.field
+		h.fieldArg = []any{h.field}
 		h.renewal.owner = h
 		c.holds[id] = h
 	}
@@ -327,28 +328,21 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name s
 		h.lease = lo.lease
 	}
 	h.ack = lo.ack
-	var start time.Time
-	try := func(ctx context.Context) (bool, time.Duration, error) {
-		start = time.Now()
-		return c.attempt(ctx, h)
-	}
-	spec := waitSpec{
-		name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), try: try,
-	}
-	if hk, ok := k.(handing); ok {
-		spec.h = h
-		spec.granted = func(at time.Time, tok, top fencing.Token) { start, h.token, h.top = at, tok, top }
-		spec.probe = func(ctx context.Context) (bool, time.Duration, error) { return hk.probe(ctx, h) }
-	}
-	err := c.waitFor(ctx, spec)
+	err := c.waitFor(ctx, waitSpec{name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), h: h})
 	if err != nil {
 		if h.queued {
 			c.forget(ctx, h, false)
 		}
 		return ctx, err
 	}
-	c.establish(ctx, h, !known, start)
+	c.establish(ctx, h, !known, h.start)
 	return h.ctx, nil
+}
+
+// granted records that a releasing holder of this Client handed h the lock:
+// h's lease began at at, its token is tok and top the last one reserved.
+func (h *hold) granted(at time.Time, tok, top fencing.Token) {
+	h.start, h.token, h.top = at, tok, top
 }
 
 // attempt runs one acquisition attempt of h, with the replica

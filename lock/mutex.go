@@ -125,21 +125,20 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // The Mutex is the kind of its holds: Redisson's RLock layout.
 
 func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
-	vals, err := acquireScript.Run(ctx, via, m.keys, m.c.leaseArg(h.lease), h.fieldArg, 0, tokenBlock).Int64Slice()
+	n, err := acquireScript.Run(ctx, via, m.keys, m.c.leaseArg(h.lease), h.fieldArg[0], 0, tokenBlock).Int64()
 	if err != nil {
 		return false, 0, err
 	}
-	if len(vals) == 2 {
-		switch vals[0] {
-		case 1:
-			h.token = fencing.Token(vals[1])
-			h.top = h.token + tokenBlock - 1
-			return true, 0, nil
-		case 0:
-			return false, retryAfter(m.c, vals[1]), nil
-		}
+	r := acquireReply(n)
+	switch {
+	case r.token() > 0:
+		h.token = r.token()
+		h.top = h.token + tokenBlock - 1
+		return true, 0, nil
+	case r.held():
+		return false, retryAfter(m.c, r.pttl()), nil
 	}
-	return false, 0, fmt.Errorf("unexpected reply %v from the acquire script", vals)
+	return false, 0, fmt.Errorf("unexpected reply %d from the acquire script to a first acquisition", n)
 }
 
 func (m *Mutex) reenter(ctx context.Context, h *hold) (bool, error) {
@@ -147,15 +146,31 @@ func (m *Mutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	if !h.fixed {
 		lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
 	}
-	vals, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64Slice()
+	n, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64()
 	if err != nil {
 		return false, err
 	}
-	return len(vals) == 2 && vals[0] == 1, nil
+	return acquireReply(n).reentered(), nil
 }
 
+// An acquireReply is the one integer acquire.lua answers; -1, the one value
+// no method below claims, is a re-entry that found the owner's hold gone.
+type acquireReply int64
+
+// token is the fencing token of a first acquisition, 0 for any other reply.
+func (r acquireReply) token() fencing.Token { return fencing.Token(max(r, 0)) }
+
+// reentered reports a re-entry that added a level.
+func (r acquireReply) reentered() bool { return r == 0 }
+
+// held reports a lock held by another owner; pttl says for how long.
+func (r acquireReply) held() bool { return r <= -2 }
+
+// pttl is the lock's PTTL when held: -1 for a key without expiry.
+func (r acquireReply) pttl() int64 { return -3 - int64(r) }
+
 func (m *Mutex) release(ctx context.Context, h *hold) (int64, error) {
-	return m.c.run(ctx, releaseScript, m.relKeys, h.fieldArg, h.levels, m.c.publish).Int64()
+	return m.c.run(ctx, releaseScript, m.relKeys, h.fieldArg[0], h.levels, m.c.publish).Int64()
 }
 
 func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
@@ -169,7 +184,7 @@ func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 }
 
 func (m *Mutex) renewal(h *hold) (*redis.Script, []string, []any) {
-	return renewScript, m.keys[:1:1], []any{h.fieldArg}
+	return renewScript, m.keys[:1:1], h.fieldArg[:1:1]
 }
 
 // transfer hands the lock from from, released at its last level, to to, a

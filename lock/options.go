@@ -86,6 +86,9 @@ func WithLease(d time.Duration) LockOption {
 
 // lockOptions applies opts over the Client's defaults.
 func (c *Client) lockOptions(opts []LockOption) lockOptions {
+	if len(opts) == 0 { // the options' pointer below puts o on the heap
+		return lockOptions{ack: c.opts.ack}
+	}
 	o := lockOptions{ack: c.opts.ack}
 	for _, f := range opts {
 		if f != nil {

@@ -105,25 +105,22 @@ type waitSpec struct {
 	wait    time.Duration // give up after this long (ErrNotAcquired); < 0 waits without bound
 	lease   time.Duration // how long a lock taken by this Client lasts unless renewed
 	shared  bool          // several owners may hold the lock: after one waiter got it, the next shared one tries at once
-	try     attempt
+	// try makes one attempt; when nil, it is an attempt of h (c.attempt,
+	// the time it was sent kept in h.start).
+	try attempt
 
 	// subscribe, when set, replaces subscribing channel on this Client: it
 	// is called before each attempt of the queue's head and must make sure
 	// the messages that wake the head are received from then on.
 	subscribe func(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error
 
-	// h, when set, may be handed the lock by a releasing holder of this
-	// Client; granted is then called with when h's lease began, the token
-	// the handover gave h and the last one reserved, instead of an attempt
-	// succeeding.
-	h       *hold
-	granted func(at time.Time, tok, top fencing.Token)
-
-	// probe, when set, asks Redis cheaply whether the lock is free, for the
+	// h, when set, is the single-key hold the wait is for. When its kind can
+	// hand over (handing), a releasing holder of this Client may hand h the
+	// lock instead of an attempt succeeding (h.granted records it), and the
 	// head's first look after it let other Clients go first (see yieldDelay
-	// and turnStagger): it reports whether to try now, and if not, how long
-	// to wait for an unlock message at most.
-	probe func(ctx context.Context) (free bool, retry time.Duration, err error)
+	// and turnStagger) is the kind's cheap probe of whether the lock is
+	// free rather than an attempt.
+	h *hold
 }
 
 // waitFor calls s.try until it acquires, s.wait runs out (ErrNotAcquired),
@@ -133,6 +130,17 @@ type waitSpec struct {
 // lock, by s.lease); nothing polls.
 func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	name, try, wait := s.name, s.try, s.wait
+	if try == nil {
+		h := s.h
+		try = func(ctx context.Context) (bool, time.Duration, error) {
+			h.start = time.Now()
+			return c.attempt(ctx, h)
+		}
+	}
+	var prober handing // the kind that probes: a hold's that can hand over
+	if s.h != nil {
+		prober, _ = s.h.kind.(handing)
+	}
 	if wait == 0 || !c.queued(s.channel) {
 		// Nobody of this Client is waiting: try at once, without queueing.
 		ok, _, err := try(ctx)
@@ -164,7 +172,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 		if at, tok, top, ok := c.withdraw(w); ok {
 			if keep {
 				acquired = true
-				s.granted(at, tok, top)
+				s.h.granted(at, tok, top)
 				return nil
 			}
 			s.h.kind.undo(context.WithoutCancel(ctx), s.h, true)
@@ -178,7 +186,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			at, tok, top := w.grantAt, w.grantTok, w.grantTop
 			c.qmu.Unlock()
 			acquired = true
-			s.granted(at, tok, top)
+			s.h.granted(at, tok, top)
 			return nil
 		}
 		head, tryNow, bound := w.head, w.tryNow, w.bound
@@ -191,7 +199,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 				// The others had their head start; most likely one of them
 				// holds the lock now, and its unlock message will come.
 				q.yield = time.Time{}
-				probe = s.probe != nil
+				probe = prober != nil
 			}
 		}
 		c.qmu.Unlock()
@@ -220,7 +228,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			c.qmu.Unlock()
 			ok, free, r := false, true, time.Duration(0)
 			if probe {
-				free, r, err = s.probe(ctx)
+				free, r, err = prober.probe(ctx, s.h)
 			}
 			if err == nil && free {
 				ok, r, err = try(ctx)

@@ -270,11 +270,8 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		start = time.Now()
 		res := r.each(ctx, nodeTimeout, func(ctx context.Context, i int) (any, error) {
 			h := holds[i]
-			vals, err := acquireScript.Run(ctx, r.clients[i].rdb, r.nodes[i].keys, leaseS, h.field, h.levels).Int64Slice()
-			if err == nil && len(vals) != 2 {
-				err = fmt.Errorf("unexpected reply %v from the acquire script", vals)
-			}
-			return vals, err
+			n, err := acquireScript.Run(ctx, r.clients[i].rdb, r.nodes[i].keys, leaseS, h.field, h.levels).Int64()
+			return acquireReply(n), err
 		})
 		taken = make([]bool, len(r.clients))
 		tokens := make([]fencing.Token, len(r.clients))
@@ -287,17 +284,17 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 				errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
 				continue
 			}
-			vals := x.val.([]int64)
+			reply := x.val.(acquireReply)
 			switch {
-			case vals[0] == 1:
+			case reply.token() > 0 || reply.reentered():
 				taken[i] = true
 				ok++
-				tokens[i] = fencing.Token(vals[1])
+				tokens[i] = reply.token()
 				if holds[i].levels > 0 {
 					tokens[i] = holds[i].token
 				}
-			case vals[0] == 0:
-				if d := retryAfter(r.clients[i], vals[1]); retry < 0 || d < retry {
+			case reply.held():
+				if d := retryAfter(r.clients[i], reply.pttl()); retry < 0 || d < retry {
 					retry = d
 				}
 			default: // a node this owner held is gone: count it as refused

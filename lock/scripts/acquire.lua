@@ -11,12 +11,15 @@
 --          script idempotent: a resent call whose first copy was applied (its
 --          reply lost) is recognised instead of counting twice.
 --
--- Returns {1, token}  acquired; token is the new fencing token on a first
---                     acquisition (the n - 1 after it are reserved for the
---                     owner) and 0 on a re-entry (the owner keeps its own)
---         {0, pttl}   held by another owner; pttl as PTTL reports it
---         {-1, 0}     a re-entry found the owner's hold gone (expired or
---                     force-unlocked)
+-- Returns one integer (an array reply would cost Redis and the client more
+-- on every acquisition; mutex.go decodes it):
+--   token > 0   a first acquisition: the new fencing token (the n - 1 after
+--               it are reserved for the owner)
+--   0           a re-entry: the owner keeps its token
+--   -1          a re-entry found the owner's hold gone (expired or
+--               force-unlocked)
+--   -3 - pttl   held by another owner; pttl as PTTL reports it (-1, no
+--               expiry, gives -2; 0 and more give -3 and less)
 local expected = tonumber(ARGV[3])
 local lease = tonumber(ARGV[1])
 local n = tonumber(ARGV[4] or 1)
@@ -27,8 +30,7 @@ if expected == 0 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1]) -- the string: no number to format
     -- the token rule and its reasons: issue_token in lib.lua
-    local token = issue_token(KEYS[2], 0, n)
-    return {1, token}
+    return issue_token(KEYS[2], 0, n)
   end
   if redis.call('hget', KEYS[1], ARGV[2]) == '1' then
     -- The owner holds already: this acquisition was applied before and
@@ -37,18 +39,18 @@ if expected == 0 then
     -- at the end of a block whose tokens were given out (see issue_token),
     -- and a token nobody has seen costs nothing.
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, issue_token(KEYS[2], 0, n)}
+    return issue_token(KEYS[2], 0, n)
   end
-  return {0, pttl}
+  return -3 - pttl
 end
 
 local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or 0)
 if held == 0 then
-  return {-1, 0}
+  return -1
 end
 if held ~= expected + 1 then
   -- (held == expected + 1: applied before, only its reply was lost)
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
 end
 if lease > 0 then redis.call('pexpire', KEYS[1], lease) end
-return {1, 0}
+return 0

@@ -178,17 +178,20 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 		if cfg.busy {
 			busy = fmt.Sprintf(" With -busy: while these runs went on, %d processes looped at nice 19, one per CPU, so that no round trip waited for an idle vCPU to wake; client CPU includes none of theirs, Redis CPU is redis-server's alone.", runtime.NumCPU())
 		}
-		fmt.Fprintf(w, "### Uncontended Lock+Unlock\n\nOne goroutine locks and unlocks a lock nobody else uses, %d times per library and round, in %d blocks: the libraries take turns block by block. Time of one Lock+Unlock: the median cycle (robust to noise from elsewhere on the machine) and the mean; \"vs floor\" is, within each round, the median over the blocks of the ratio of the library's median cycle to the floor's in the same block.%s Per Lock+Unlock:\n\n", cfg.uncontended, cfg.blocks, busy)
-		t := newTable(w, "library", "µs (median)", "µs (mean)", "vs floor", "commands sent", "commands Redis ran", "client CPU µs", "Redis CPU µs", "allocs", "bytes")
+		fmt.Fprintf(w, "### Uncontended Lock+Unlock\n\nOne goroutine locks and unlocks a lock nobody else uses, %d times per library and round, in %d blocks: the libraries take turns block by block. Time of one Lock+Unlock: the median cycle (robust to noise from elsewhere on the machine) and the mean; \"vs floor\" is, within each round, the median over the blocks of the ratio of the library's median cycle to the floor's in the same block, and \"vs floor (contract)\" the same against the contract floor, which leaves what a library adds to the contract's Redis work.%s Per Lock+Unlock:\n\n", cfg.uncontended, cfg.blocks, busy)
+		t := newTable(w, "library", "µs (median)", "µs (mean)", "vs floor", "vs floor (contract)", "commands sent", "commands Redis ran", "client CPU µs", "Redis CPU µs", "allocs", "bytes")
 		for _, c := range cs {
 			g := func(metric string) []float64 { return r.get("unc", c.name, metric) }
-			vs := cell(g("vsfloor"), "%")
-			if c.name == "floor" {
-				vs = "—"
-			} else if !strings.HasPrefix(vs, "-") && vs != "—" {
-				vs = "+" + vs
+			vs := func(metric, ref string) string {
+				x := cell(g(metric), "%")
+				if c.name == ref {
+					return "—"
+				} else if !strings.HasPrefix(x, "-") && x != "—" {
+					return "+" + x
+				}
+				return x
 			}
-			t.row(c.name, cell(g("us"), ""), cell(g("mean"), ""), vs, cell(g("sent"), ""), cell(g("exec"), ""), cell(g("cpu"), ""), cell(g("rcpu"), ""), cell(g("allocs"), ""), cell(g("bytes"), ""))
+			t.row(c.name, cell(g("us"), ""), cell(g("mean"), ""), vs("vsfloor", "floor"), vs("vscontract", "floor (contract)"), cell(g("sent"), ""), cell(g("exec"), ""), cell(g("cpu"), ""), cell(g("rcpu"), ""), cell(g("allocs"), ""), cell(g("bytes"), ""))
 		}
 		fmt.Fprintln(w)
 		writeBreakdown(w, "library", cs, r, "unc", "What Redis ran per Lock+Unlock (last round; a script call counts once as EVALSHA and once per command inside it)")
@@ -438,6 +441,9 @@ func writeTargets(w io.Writer, cfg config, r *results) {
 			if x := median(r.get("unc", ref.name, "vsfloor")); !math.IsNaN(x) {
 				t.row(ref.what, "—", fmt.Sprintf("%s µs (%+.1f%%)", num(median(r.get("unc", ref.name, "us"))), x), "—", "—")
 			}
+		}
+		if o, f := median(r.get("unc", ours, "vscontract")), median(r.get("unc", fair, "vscontract")); !math.IsNaN(o) {
+			t.row("(reference) what the library's own code adds: over floor (contract), same blocks", fmt.Sprintf("%+.1f%%", o), "—", "—", fmt.Sprintf("%+.1f%%", f))
 		}
 	}
 	if !any {

@@ -235,26 +235,29 @@ func (r *results) addUncontended(c contender, u uncontended) {
 }
 
 // addVsFloor records, for the round just measured, each contender's
-// uncontended time relative to the floor's: the median over the blocks of
-// the ratio of its block's median cycle to the floor's in the same block
-// (they ran one right after the other). The speed of this machine drifts by
-// up to 2× over seconds, with nothing visible running in it; a ratio of
-// neighbours is steady where a ratio of whole-round medians is not.
+// uncontended time relative to the floor's ("vsfloor") and to the contract
+// floor's ("vscontract"): the median over the blocks of the ratio of its
+// block's median cycle to the reference's in the same block (they ran one
+// right after the other). The speed of this machine drifts by up to 2× over
+// seconds, with nothing visible running in it; a ratio of neighbours is
+// steady where a ratio of whole-round medians is not.
 func (r *results) addVsFloor(cs []contender, us map[string]uncontended) {
-	floor, ok := us["floor"]
-	if !ok {
-		return
-	}
-	for _, c := range cs {
-		u := us[c.name]
-		if len(u.blocks) != len(floor.blocks) || len(u.blocks) == 0 {
+	for _, ref := range []struct{ name, metric string }{{"floor", "vsfloor"}, {"floor (contract)", "vscontract"}} {
+		floor, ok := us[ref.name]
+		if !ok {
 			continue
 		}
-		ratios := make([]float64, len(u.blocks))
-		for b := range u.blocks {
-			ratios[b] = float64(u.blocks[b]) / float64(floor.blocks[b])
+		for _, c := range cs {
+			u := us[c.name]
+			if len(u.blocks) != len(floor.blocks) || len(u.blocks) == 0 {
+				continue
+			}
+			ratios := make([]float64, len(u.blocks))
+			for b := range u.blocks {
+				ratios[b] = float64(u.blocks[b]) / float64(floor.blocks[b])
+			}
+			r.add("unc", c.name, ref.metric, (median(ratios)-1)*100)
 		}
-		r.add("unc", c.name, "vsfloor", (median(ratios)-1)*100)
 	}
 }
 

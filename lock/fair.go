@@ -35,9 +35,15 @@ const (
 //   - a waiter that gives up (TryLock's wait, its context, Close) leaves the
 //     line at once and wakes the next waiter if the lock is free.
 //
-// Fairness costs round trips: a contended acquisition takes about three
-// script calls and a subscription of its own. Prefer a Mutex unless arrival
-// order matters.
+// Fairness costs round trips: a contended acquisition takes three calls of
+// the acquire script (the first attempt, which takes a place in line; the
+// attempt after subscribing to the waiter's own channel, which catches an
+// unlock that came in between, as Redisson's does; the attempt when woken)
+// and a subscription of its own, and its release a fourth script call. With
+// 64 waiters on one key that is about 51 commands run by Redis per
+// acquisition against the Mutex's 3.6, and half its throughput (see
+// docs/BENCHMARKS.md). Prefer a Mutex unless arrival order across processes
+// matters.
 //
 // A FairMutex does no I/O until used and may be copied freely.
 type FairMutex struct {

@@ -81,8 +81,10 @@ type waiter struct {
 	bound  time.Duration // when it became head without tryNow: try after at most this long; <0 = unset
 
 	// Handing over (see cohortLimit). h is the hold the waiter acquires, nil
-	// when its lock kind cannot be handed over; a releaser reads only its
-	// fields that do not change while it waits. Guarded by Client.qmu.
+	// for the locks of several keys (MultiLock, RedLock); only holds whose
+	// kind can hand over (handing) are ever handed the lock. A releaser reads
+	// only the fields of h that do not change while it waits. Guarded by
+	// Client.qmu.
 	h        *hold
 	reserved bool          // a releaser is handing the lock over to this waiter
 	trying   bool          // the waiter is trying to acquire by itself: no handover to it meanwhile

@@ -182,14 +182,15 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 		t := newTable(w, "library", "µs (median)", "µs (mean)", "vs floor", "vs floor (contract)", "commands sent", "commands Redis ran", "client CPU µs", "Redis CPU µs", "allocs", "bytes")
 		for _, c := range cs {
 			g := func(metric string) []float64 { return r.get("unc", c.name, metric) }
-			vs := func(metric, ref string) string {
+			vs := func(metric, ref string) string { // signed; "—" on the reference's own row
 				x := cell(g(metric), "%")
-				if c.name == ref {
+				switch {
+				case c.name == ref:
 					return "—"
-				} else if !strings.HasPrefix(x, "-") && x != "—" {
-					return "+" + x
+				case strings.HasPrefix(x, "-") || x == "—":
+					return x
 				}
-				return x
+				return "+" + x
 			}
 			t.row(c.name, cell(g("us"), ""), cell(g("mean"), ""), vs("vsfloor", "floor"), vs("vscontract", "floor (contract)"), cell(g("sent"), ""), cell(g("exec"), ""), cell(g("cpu"), ""), cell(g("rcpu"), ""), cell(g("allocs"), ""), cell(g("bytes"), ""))
 		}

@@ -130,7 +130,7 @@ func TestDemo_RealServers(t *testing.T) {
 	wantCured(t, rows["guard-lease"], stock, out)
 }
 
-// TestDemo_LocalLocksOversell reproduces the seeds' incident: three
+// TestDemo_LocalLocksOversell reproduces the oversold flash sale: three
 // instances, each with its own in-process lock, and a pause between reading
 // the stock and writing it. Overselling is a matter of timing, so the sale
 // may run a few times; with a 100ms pause in every purchase it oversells on

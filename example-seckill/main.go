@@ -10,7 +10,7 @@
 // in the process and SQLite in memory (pure Go), so it needs nothing but Go.
 // With them set it uses those servers.
 //
-// The purchase (POST /api/seckill/:sku) is the seeds' template: read the
+// The purchase (POST /api/seckill/:sku) is the usual flash-sale handler: read the
 // stock, check it, deduct it in the application, create the order, inside a
 // distributed lock on the SKU taken by the policies of guard.yaml. The row is
 // claimed and the writes are fenced with the lock's token (gormplugin), so a

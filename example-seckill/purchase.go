@@ -30,8 +30,8 @@ const (
 	refusedFence = "fence"
 )
 
-// buy sells one unit of the SKU to the buyer, the way the seeds' template
-// does: read the stock, check it, deduct in the application (stock = read -
+// buy sells one unit of the SKU to the buyer, the way the usual flash-sale
+// handler does: read the stock, check it, deduct in the application (stock = read -
 // 1), create the order. In the guard modes it runs inside the lock of the
 // policy file, with the lock's context as request context, so the writes
 // carry the fencing token, and it claims the row (gormplugin.Claim) before

@@ -23,13 +23,13 @@ import (
 // Mode is how an instance keeps two purchases of one SKU apart.
 type Mode string
 
-// The modes of the demo, from the seeds' incident to its cure.
+// The modes of the demo, from the oversold sale to its cure.
 const (
 	// ModeNone takes no lock at all.
 	ModeNone Mode = "none"
 	// ModeLocal takes a sync.Mutex of the instance: one buyer at a time per
-	// instance, and as many at a time as there are instances. The seeds'
-	// incident.
+	// instance, and as many at a time as there are instances: the incident
+	// of three instances each with its own lock, overselling.
 	ModeLocal Mode = "local"
 	// ModeGuard takes the distributed lock of the policy file, renewed by
 	// its watchdog, and fences the writes with its token.

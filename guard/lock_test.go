@@ -21,7 +21,7 @@ import (
 )
 
 // stock is shared state the handlers update with read-modify-write, as the
-// seeds' seckill template does; only the lock keeps it consistent.
+// usual flash-sale handler does; only the lock keeps it consistent.
 type stock struct {
 	mu       sync.Mutex // guards the map itself, not the read-modify-write
 	counts   map[string]int

@@ -44,7 +44,7 @@ func WithDefaults(opts ...RouteOption) Option {
 
 // Defaults of the route options.
 const (
-	DefaultWait       = 2 * time.Second // how long Lock waits for a busy key: the seeds' recommendation
+	DefaultWait       = 2 * time.Second // how long Lock waits for a busy key before answering busy
 	DefaultRetryAfter = time.Second     // Retry-After of busy and in-progress answers
 	DefaultLongHold   = time.Second     // holds longer than this are logged
 	DefaultRecordTTL  = 24 * time.Hour  // how long an idempotent response is replayed

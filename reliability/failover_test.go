@@ -34,11 +34,13 @@ func failoverShops(t *testing.T, env *testenv.SentinelEnv, dsn string, watchdog 
 	return shops, urls
 }
 
-// The seeds' "ghost lock" (陷阱五): a buyer takes the lock on the master, the
-// master dies before its replica has the lock, the replica is promoted
-// without it, and a second buyer gets the same lock while the first is
-// still inside, stalled between its read and its write. The first buyer is
-// told it lost the lock and its writes are refused: one unit, one order.
+// A lock lost in a failover (Redis replicates asynchronously, so the lock a
+// master granted may never reach its replica): a buyer takes the lock on
+// the master, the master dies before its replica has the lock, the replica
+// is promoted without it, and a second buyer gets the same lock while the
+// first is still inside, stalled between its read and its write. The first
+// buyer is told it lost the lock and its writes are refused: one unit, one
+// order.
 func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
 	const sku = "sku-ghost"
 	env := testenv.Sentinel(t)

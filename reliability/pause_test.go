@@ -18,7 +18,7 @@ import (
 // frozen for longer loses its lock.
 const pauseWatchdog = 600 * time.Millisecond
 
-// pauseRun is what one run of the seeds' GC pause produced.
+// pauseRun is what one run of the holder-pause scenario produced.
 type pauseRun struct {
 	report   history.Report
 	late     faults.HolderEvent // the frozen holder's write after it woke
@@ -28,10 +28,11 @@ type pauseRun struct {
 	noticeIn time.Duration
 }
 
-// pauseHolder runs the seeds' GC pause (section 5.4): holder process a takes
-// the lock and reads the register, then is frozen with SIGSTOP; its lease
-// runs out; b, in this process, takes the lock, reads, writes and releases;
-// a is told to write and resumed. It returns the checked history.
+// pauseHolder runs the holder pause (a stop-the-world GC or a frozen VM
+// outlasting the lease): holder process a takes the lock and reads the
+// register, then is frozen with SIGSTOP; its lease runs out; b, in this
+// process, takes the lock, reads, writes and releases; a is told to write
+// and resumed. It returns the checked history.
 func pauseHolder(t *testing.T, o faults.HolderOptions) pauseRun {
 	t.Helper()
 	o.Watchdog = pauseWatchdog
@@ -94,7 +95,7 @@ func pauseHolder(t *testing.T, o faults.HolderOptions) pauseRun {
 	return run
 }
 
-// The seeds' GC pause with the whole framework: the frozen holder's late
+// A holder paused past its lease, with the whole framework: the frozen holder's late
 // write is refused, its context says the lock was lost, and the history is
 // clean. Which refuses the write depends on a race after SIGCONT: the
 // watchdog may cancel the context first (the plugin refuses before sending)

@@ -60,7 +60,7 @@ func (p *seckillProcess) metric(t *testing.T, name, labels string) float64 {
 	return sum
 }
 
-// The seeds' GC pause on the reference service: three example-seckill
+// A holder paused past its lease, on the reference service: three example-seckill
 // processes sell one SKU; one of them is frozen with SIGSTOP while it holds
 // the SKU's lock, for longer than its watchdog timeout, and then resumed.
 // The other two sell on; the resumed process's late writes are refused and

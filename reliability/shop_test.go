@@ -26,7 +26,7 @@ import (
 	"github.com/seckillguard/seckillguard/lock"
 )
 
-// A small flash-sale service in the seeds' template, for the scenarios
+// A small flash-sale service written the usual way, for the scenarios
 // whose Redis the reference service cannot reach (it takes REDIS_URL, a
 // single node): read the stock, check it, deduct it in the application
 // (stock = read - 1), create the order, under guard's lock on the SKU, with

@@ -116,7 +116,7 @@ func TestCheck_WriteSentAfterTheLossWasAnnouncedMustBeRejected(t *testing.T) {
 	}
 }
 
-// paused is the seeds' GC pause: a reads 0 and stops; its lock expires; b
+// paused is a holder paused past its lease (a GC pause): a reads 0 and stops; its lock expires; b
 // enters with a newer token, reads 0 and writes 1; a wakes and writes 1.
 func paused(lateAccepted bool) History {
 	a, b := hold("a", 10, 0, 40), hold("b", 20, 10, 20)

@@ -30,7 +30,7 @@ type watchdog struct {
 	mu      sync.Mutex
 	holds   map[*renewal]struct{}
 	running bool
-	kick    chan struct{} // capacity 1: the first hold arrived
+	kick    chan struct{} // capacity 1: a hold was added (re-arm the expiry; start passes if idle)
 }
 
 // A renewal is one held lock as the watchdog sees it. Locks of every kind
@@ -69,21 +69,21 @@ func newWatchdog(c *Client) *watchdog {
 
 // add starts renewing h, whose lease runs until until. The script answers 1
 // for each lock it renewed and 0 for each lock it found gone; h.lost is then
-// called, outside the watchdog's lock.
+// called, outside the watchdog's lock. The loop learns of h at once, so that
+// h is declared lost by until (less expiryMargin) even if no renewal pass
+// ever gets an answer: a hold cut off right after it was taken is told by
+// its lease end, not when go-redis gives up.
 func (w *watchdog) add(h *renewal, until time.Time) {
 	w.mu.Lock()
 	h.until = until
 	w.holds[h] = struct{}{}
-	start := !w.running
-	if start {
+	if !w.running {
 		w.running = w.c.goBackground(w.loop)
 	}
 	w.mu.Unlock()
-	if !start {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -113,6 +113,7 @@ func (w *watchdog) loop() {
 	defer expiry.Stop()
 	passes := make(chan time.Duration, 1)
 	var began time.Time
+	idle := false // no pass runs or is scheduled: nothing was held at the last one
 	for {
 		select {
 		case <-tick.C:
@@ -123,15 +124,25 @@ func (w *watchdog) loop() {
 			if !w.c.goBackground(func() { passes <- w.renew() }) {
 				return
 			}
+		case <-w.kick:
+			// A new hold may end before every lease the expiry timer
+			// was set for.
+			w.armExpiry(expiry)
+			if idle {
+				idle = false
+				tick.Reset(w.period)
+			}
 		case retry := <-passes:
 			w.armExpiry(expiry)
 			if retry < 0 {
-				select {
-				case <-w.kick:
-				case <-w.c.done:
-					return
+				// Nothing was held. A hold added since sent a kick,
+				// which may have been taken while the pass ran: look.
+				w.mu.Lock()
+				idle = len(w.holds) == 0
+				w.mu.Unlock()
+				if !idle {
+					tick.Reset(w.period)
 				}
-				tick.Reset(w.period)
 				continue
 			}
 			// Passes keep their schedule: the next starts a period after

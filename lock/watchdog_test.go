@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckillguard/seckillguard/internal/faults"
 	"github.com/seckillguard/seckillguard/internal/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
@@ -279,5 +280,62 @@ func TestWatchdog_CutOffHolderIsToldWhenItsLeaseEnds(t *testing.T) {
 	}
 	if !errors.Is(context.Cause(ctx), lock.ErrLost) {
 		t.Fatalf("cause %v", context.Cause(ctx))
+	}
+}
+
+// A hold cut off from Redis right after it was taken, by a network that
+// drops every packet, is told by the end of its lease, measured from the
+// start of its acquisition: before another Client can get the lock. Its
+// watchdog pass hangs until go-redis gives up; the lease deadline must not
+// wait for it, even for the first hold of a Client (whose watchdog loop
+// starts with it) and for a hold taken after the previous one was released.
+func TestWatchdog_FreshHoldCutOffIsToldByItsLeaseEnd(t *testing.T) {
+	const timeout = time.Second
+	srv := testenv.Redis(t)
+	p, err := faults.NewProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	name := lockName(t)
+	other := instances(t, srv, 1, lock.WithWatchdogTimeout(timeout))[0]
+	for _, round := range []string{"first hold of the Client", "hold after a release"} {
+		p.SetBlackhole(false)
+		c := lock.New(redis.NewClient(&redis.Options{Addr: p.Addr}), lock.WithWatchdogTimeout(timeout))
+		if round != "first hold of the Client" {
+			// The watchdog has run and stopped with nothing held.
+			ctx, err := c.Mutex(name + ":warm").Lock(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(timeout / 2) // a renewal pass
+			if err := c.Mutex(name + ":warm").Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(timeout / 2) // a pass that finds nothing held
+		}
+		start := time.Now()
+		ctx, err := c.Mutex(name).Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SetBlackhole(true)
+		octx, err := other.Mutex(name).TryLock(context.Background(), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: the other Client never got the lock: %v", round, err)
+		}
+		in := time.Since(start)
+		t.Logf("%s: the other Client got in after %v", round, in.Round(time.Millisecond))
+		if ctx.Err() == nil {
+			<-ctx.Done()
+			t.Fatalf("%s: the cut-off holder was told after %v, after the other Client got in at %v (lease %v)",
+				round, time.Since(start).Round(time.Millisecond), in.Round(time.Millisecond), timeout)
+		}
+		if !errors.Is(context.Cause(ctx), lock.ErrLost) {
+			t.Fatalf("%s: cause %v, want ErrLost", round, context.Cause(ctx))
+		}
+		other.Mutex(name).Unlock(octx)
+		p.SetBlackhole(false)
+		c.Close()
 	}
 }

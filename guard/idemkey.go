@@ -3,7 +3,9 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in bytes of
@@ -59,7 +61,7 @@ func parseIdempotencyKey(lines []string) (string, error) {
 	} else {
 		for i := 0; i < len(v); i++ {
 			if !isTokenChar(v[i]) {
-				return "", fmt.Errorf("%w: character %q not allowed in a token (quote the key)", errIdemKey, v[i])
+				return "", fmt.Errorf("%w: character %s not allowed in a token (quote the key)", errIdemKey, charAt(v, i))
 			}
 		}
 		key = v
@@ -71,6 +73,17 @@ func parseIdempotencyKey(lines []string) (string, error) {
 		return "", fmt.Errorf("%w: longer than %d bytes", errIdemKey, MaxIdempotencyKeyLen)
 	}
 	return key, nil
+}
+
+// charAt quotes the character that starts at v[i] for an error message: the
+// whole UTF-8 sequence ('é', not its first byte), or the byte in hex when it
+// starts no valid sequence.
+func charAt(v string, i int) string {
+	r, size := utf8.DecodeRuneInString(v[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf("byte %#02x", v[i])
+	}
+	return strconv.QuoteRune(r)
 }
 
 func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }

@@ -114,7 +114,14 @@ const (
 	lockKeyName      = "seckillguard.lock.key"
 	idemKeyName      = "seckillguard.idempotency.record"
 	unrepeatableName = "seckillguard.lock.lost" // the lock was lost or a write was stale: do not replay the answer
+	frameworkName    = "seckillguard.answered"  // the framework answered, not the handler: store nothing
 )
+
+// answeredByFramework marks the request as answered by the framework itself
+// (busy, unavailable, the client gone, a key field refused, a body over the
+// limit), not by the handler: an idempotency step around it stores nothing
+// and releases the key at once, so that a retry runs.
+func answeredByFramework(c *gin.Context) { c.Set(frameworkName, true) }
 
 // Key returns the lock key the Lock middleware resolved for this request
 // (e.g. "sku:42"), or "" outside a guarded route.

@@ -346,7 +346,9 @@ func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string
 }
 
 // finish stores the handler's answer, or drops the in-progress marker when
-// the answer must not be replayed: a transient status, or a request whose
+// the answer must not be replayed: one the framework gave itself (a later
+// step refused the request, found the lock busy or Redis down, or the
+// client went away while it waited), a transient status, or a request whose
 // lock was lost, whose write was refused as stale, or whose own permit for
 // the key ran out (a newer execution may have the key by now). Either is
 // done only while the marker is still this execution's.
@@ -360,7 +362,7 @@ func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 		return
 	}
-	if !storable(resp.Status, ic.storeServerErrors) || c.GetBool(unrepeatableName) || Lost(held) {
+	if c.GetBool(frameworkName) || !storable(resp.Status, ic.storeServerErrors) || c.GetBool(unrepeatableName) || Lost(held) {
 		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "dropped").Inc()
 		return

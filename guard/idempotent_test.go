@@ -391,3 +391,104 @@ func TestIdempotent_HandlersGetNoTokenAndKeysAllExpire(t *testing.T) {
 		t.Errorf("keys %v, want the 5 records", keys)
 	}
 }
+
+// recordsIn returns the idempotency records (and in-progress markers) in
+// Redis, by key.
+func recordsIn(t testing.TB, in *instance) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := in.rdb.Keys(ctx, "seckillguard:idem:*:r").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		v, err := in.rdb.Get(ctx, k).Result()
+		if err == nil {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// The lock step runs after the idempotency step has marked the key; what
+// the lock step answers itself (a key field missing or unsafe, a body over
+// its limit, busy, the client gone while waiting) is the framework's answer,
+// not the handler's: it is never stored, and the retry runs.
+func TestIdempotent_FrameworkAnswersAreNotStored(t *testing.T) {
+	srv := testenv.Redis(t)
+	var runs atomic.Int32
+	h := func(c *gin.Context) { runs.Add(1); c.JSON(201, gin.H{"sku": c.Param("sku")}) }
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		idem := g.Idempotent(guard.Unscoped())
+		r.POST("/path/:sku", idem, g.Lock("sku:<sku>", guard.Wait(10*time.Second)), h)
+		r.POST("/body", idem, g.Lock("sku:<body:sku>", guard.BodyLimit(64)), h)
+	})
+	for _, tc := range []struct{ name, path, body, code string }{
+		{"unsafe value", "/path/a%7Bb", `{}`, "unsafe_value"},
+		{"missing field", "/body", `{"other":1}`, "missing_field"},
+		{"body over the lock's limit", "/body", `{"sku":"` + strings.Repeat("x", 100) + `"}`, "body_too_large"},
+	} {
+		key := "k-" + strings.ReplaceAll(tc.name, " ", "-")
+		first := do(t, "POST", in.srv.URL+tc.path, tc.body, "Idempotency-Key", key)
+		if first.status/100 != 4 || first.errorCode() != tc.code {
+			t.Fatalf("%s: %d %s, want 4xx %s", tc.name, first.status, first.body, tc.code)
+		}
+		if recs := recordsIn(t, in); len(recs) != 0 {
+			t.Errorf("%s: the framework's own %d was stored: %v", tc.name, first.status, recs)
+		}
+		again := do(t, "POST", in.srv.URL+tc.path, tc.body, "Idempotency-Key", key)
+		if again.header.Get(guard.ReplayedHeader) != "" || again.errorCode() != tc.code {
+			t.Errorf("%s: the retry was replayed %d %s instead of running", tc.name, again.status, again.body)
+		}
+	}
+
+	// The client gives up while the request waits for the lock.
+	locks := lock.New(in.rdb)
+	defer locks.Close()
+	m := locks.Mutex("sku:1")
+	held, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		req, _ := http.NewRequestWithContext(ctx, "POST", in.srv.URL+"/path/1", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "k-gone")
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, func() bool { // the key is marked: the request waits for the lock
+		for _, v := range recordsIn(t, in) {
+			if strings.HasPrefix(v, "p") {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	<-gone
+	eventually(t, func() bool { // the server has finished with the request
+		for _, v := range recordsIn(t, in) {
+			if strings.HasPrefix(v, "p") {
+				return false
+			}
+		}
+		return true
+	})
+	if recs := recordsIn(t, in); len(recs) != 0 {
+		t.Errorf("the answer to a client that went away was stored: %v", recs)
+	}
+	if err := m.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	before := runs.Load()
+	r := do(t, "POST", in.srv.URL+"/path/1", `{}`, "Idempotency-Key", "k-gone")
+	if r.status != 201 || r.header.Get(guard.ReplayedHeader) != "" || runs.Load() != before+1 {
+		t.Fatalf("retry after the client went away: %d %s %v, want the handler to run", r.status, r.body, r.header)
+	}
+}

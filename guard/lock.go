@@ -104,11 +104,14 @@ func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key strin
 	switch {
 	case c.Request.Context().Err() != nil:
 		// The client gave up while waiting; nobody reads this answer.
+		answeredByFramework(c)
 		c.AbortWithStatus(StatusClientClosedRequest)
 	case errors.Is(err, lock.ErrNotAcquired):
+		answeredByFramework(c)
 		g.metrics.busy.WithLabelValues(method, routeName).Inc()
 		ginmw.Abort(c, r.busyStatus, r.busyCode, ginmw.RetryAfter(r.retryAfter))
 	case errors.Is(err, lock.ErrInvalid):
+		answeredByFramework(c)
 		g.log.Error("guard: the lock refused the request's key or the Guard's configuration", "route", routeName, "key", key, "err", err)
 		ginmw.AbortError(c, err)
 	case r.failOpen:
@@ -116,6 +119,7 @@ func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key strin
 		g.log.Warn("guard: lock unavailable; the route fails open and runs unprotected", "route", routeName, "key", key, "err", err)
 		next()
 	default:
+		answeredByFramework(c)
 		g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
 		g.log.Error("guard: lock unavailable", "route", routeName, "key", key, "err", err)
 		_ = c.Error(err)
@@ -154,6 +158,7 @@ func (g *Guard) afterHandler(c *gin.Context, ctx context.Context, method, routeN
 
 // reject answers a request that cannot be guarded (bad key field, body).
 func (g *Guard) reject(c *gin.Context, method, routeName string, err error) {
+	answeredByFramework(c)
 	g.metrics.rejected.WithLabelValues(method, routeName, errorCode(err)).Inc()
 	ginmw.AbortError(c, err)
 }

@@ -43,6 +43,9 @@ const (
 //	201 the order                       409 {"error":"sold_out"}
 //	409 {"error":"already_purchased"}   404 {"error":"not_found"}
 //	409 stale_write / lock_lost: the lock was lost and nothing was written
+//	503 {"error":"outcome_unknown"}: the order may or may not have been
+//	    written (the database's answer was lost); a retry with the same
+//	    Idempotency-Key gets the order if it was
 func (s *Service) buy(c *gin.Context) {
 	ctx := c.Request.Context()
 	sku, user := c.Param("sku"), c.GetString(userKey)
@@ -61,7 +64,7 @@ func (s *Service) buy(c *gin.Context) {
 		// lock without noticing in time can write between this read and
 		// this write.
 		if err := gormplugin.Claim(db, &Product{SKU: sku}); err != nil {
-			if !s.refused(c, ctx, err) {
+			if !s.undecided(c, err) && !s.refused(c, ctx, err) {
 				s.internal(c, "claim the product", err)
 			}
 			return
@@ -90,7 +93,10 @@ func (s *Service) buy(c *gin.Context) {
 	if rec, ok := guard.IdempotencyRecord(c); ok {
 		order.IdempotencyKey = &rec
 	}
-	err := db.Transaction(func(tx *gorm.DB) error {
+	// gormplugin.Transaction rather than db.Transaction: a COMMIT whose
+	// answer was lost is reported as such, not as a driver error (or, with
+	// the lock lost meanwhile, as a refusal).
+	err := gormplugin.Transaction(db, func(tx *gorm.DB) error {
 		// UPDATE products SET stock = <left>, fence = <token>
 		// WHERE sku = ? AND fence <= <token>
 		res := tx.Model(&Product{}).Where("sku = ?", sku).Update("stock", left)
@@ -109,6 +115,7 @@ func (s *Service) buy(c *gin.Context) {
 			s.soldOut.mark(sku)
 		}
 		c.JSON(http.StatusCreated, order)
+	case s.undecided(c, err):
 	case s.refused(c, ctx, err):
 	case errors.Is(err, gormplugin.ErrDuplicate):
 		s.duplicate(c, ctx, order, err)
@@ -127,6 +134,21 @@ func (s *Service) pause() {
 		return
 	}
 	time.Sleep(d)
+}
+
+// undecided answers a purchase whose write may or may not have been applied
+// (gormplugin.ErrOutcomeUnknown): 503, so that the idempotency record is
+// dropped and a retry runs again — and finds the order by its idempotency
+// key or its (user, sku) index if the first attempt did commit. It is never
+// counted as refused.
+func (s *Service) undecided(c *gin.Context, err error) bool {
+	if !errors.Is(err, gormplugin.ErrOutcomeUnknown) {
+		return false
+	}
+	s.log.Warn("seckill: the outcome of a purchase's write is unknown; a retry finds out", "path", c.Request.URL.Path, "err", err)
+	_ = c.Error(err)
+	ginmw.Abort(c, http.StatusServiceUnavailable, "outcome_unknown", ginmw.RetryAfter(time.Second))
+	return true
 }
 
 // refused reports whether err means that the backstop refused the

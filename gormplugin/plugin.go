@@ -58,8 +58,6 @@
 package gormplugin
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -129,16 +127,19 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		create.Before("*").Register(pluginName+":guard", p.guard),
 		create.Before("gorm:create").Register(pluginName+":watch", watchDuplicates),
 		create.After("gorm:create").Before("gorm:save_after_associations").Register(pluginName+":verify", p.verify),
+		create.Before("gorm:commit_or_rollback_transaction").Register(pluginName+":mark_commit", markCommit),
 		create.After("gorm:commit_or_rollback_transaction").Register(pluginName+":refuse_late", refuseLate),
 
 		update.Before("*").Register(pluginName+":guard", p.guard),
 		update.Before("gorm:update").Register(pluginName+":watch", watchDuplicates),
 		update.After("gorm:update").Before("gorm:save_after_associations").Register(pluginName+":verify", p.verify),
+		update.Before("gorm:commit_or_rollback_transaction").Register(pluginName+":mark_commit", markCommit),
 		update.After("gorm:commit_or_rollback_transaction").Register(pluginName+":refuse_late", refuseLate),
 
 		del.Before("*").Register(pluginName+":guard", p.guard),
 		del.Before("gorm:delete").Register(pluginName+":watch", watchDuplicates),
 		del.After("gorm:delete").Before("gorm:after_delete").Register(pluginName+":verify", p.verify),
+		del.Before("gorm:commit_or_rollback_transaction").Register(pluginName+":mark_commit", markCommit),
 		del.After("gorm:commit_or_rollback_transaction").Register(pluginName+":refuse_late", refuseLate),
 
 		// Raw SQL (db.Exec) is not fenced, but under a lost lock it is
@@ -252,59 +253,4 @@ func recordToken(stmt *gorm.Statement, w *write) {
 			}
 		}
 	}
-}
-
-// refuseLate runs last: a write whose token context ended while it was on
-// its way (after guard let it through) failed with the context's error, or
-// with whatever the driver made of the cancellation ("invalid connection"),
-// and GORM's rollback of its default transaction may have added
-// sql.ErrTxDone, hiding the first error from errors.Is. Inside a transaction
-// (GORM's default one, or the caller's) such a write was not applied: it
-// is reported like one refused up front. Outside any transaction only a
-// plain context error proves that the statement was not applied; any other
-// error is left as it is.
-func refuseLate(db *gorm.DB) { refuseLateIn(db, inTransaction(db)) }
-
-// refuseLateRaw is refuseLate for db.Exec, which runs without GORM's default
-// transaction.
-func refuseLateRaw(db *gorm.DB) {
-	_, inTx := db.Statement.ConnPool.(gorm.TxCommitter)
-	refuseLateIn(db, inTx)
-}
-
-func refuseLateIn(db *gorm.DB, inTx bool) {
-	stmt := db.Statement
-	token, ok := fencing.FromContext(stmt.Context)
-	if !ok || db.Error == nil || !ctxutil.Ended(stmt.Context) ||
-		errors.Is(db.Error, fencing.ErrStale) || errors.Is(db.Error, ErrDuplicate) {
-		return
-	}
-	if inTx || errors.Is(db.Error, stmt.Context.Err()) || errors.Is(db.Error, sql.ErrTxDone) {
-		db.Error = refused(stmt, token)
-		if stmt.Result != nil {
-			stmt.Result.Error = db.Error
-		}
-	}
-}
-
-// inTransaction reports whether the statement ran in a transaction: GORM's
-// default one around each write, or one the caller began.
-func inTransaction(db *gorm.DB) bool {
-	if _, ok := db.Statement.ConnPool.(gorm.TxCommitter); ok {
-		return true
-	}
-	return !db.SkipDefaultTransaction
-}
-
-// refused is the error for a write whose token context is done: the lock
-// that issued the token is gone (or the caller gave up), so the write is
-// refused as stale. The cause (lock.ErrLost when the lock was lost) and the
-// context's own error both stay visible to errors.Is.
-func refused(stmt *gorm.Statement, token fencing.Token) error {
-	ctx := stmt.Context
-	cause := context.Cause(ctx)
-	if err := ctx.Err(); cause != err {
-		cause = fmt.Errorf("%w (%w)", cause, err)
-	}
-	return &fencing.StaleError{Resource: stmt.Table, Token: token, Cause: cause}
 }

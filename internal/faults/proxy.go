@@ -9,6 +9,7 @@
 package faults
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,7 @@ type Proxy struct {
 	heal      chan struct{} // closed when the blackhole is lifted
 	links     map[*link]struct{}
 	closed    bool
+	loss      *replyLoss // armed by LoseReplyTo
 
 	stats struct {
 		accepted, refused, resets, chunks atomic.Int64
@@ -133,6 +135,36 @@ func (p *Proxy) ResetAll() {
 		p.stats.resets.Add(1)
 		l.close(true)
 	}
+}
+
+// replyLoss is an armed LoseReplyTo.
+type replyLoss struct {
+	match   func([]byte) bool
+	arrived func()
+	lost    chan struct{} // closed once the reply was lost
+}
+
+// LoseReplyTo arms a one-shot fault: the next chunk on its way to the target
+// that match accepts is delivered, and the connection it came on is reset
+// (both sides get a TCP RST) instead of delivering the target's next reply.
+// The target receives and runs the command; the client never learns how it
+// went — a COMMIT that committed while its answer was lost. arrived, unless
+// nil, runs once just before the command is delivered. The returned channel
+// closes when the reply has been lost. match sees every chunk to the target,
+// one at a time, until it accepts one; Containing builds the common one.
+func (p *Proxy) LoseReplyTo(match func(chunk []byte) bool, arrived func()) <-chan struct{} {
+	l := &replyLoss{match: match, arrived: arrived, lost: make(chan struct{})}
+	p.mu.Lock()
+	p.loss = l
+	p.mu.Unlock()
+	return l.lost
+}
+
+// Containing returns a LoseReplyTo matcher for the chunks that contain
+// pattern.
+func Containing(pattern []byte) func([]byte) bool {
+	pattern = append([]byte(nil), pattern...)
+	return func(chunk []byte) bool { return bytes.Contains(chunk, pattern) }
 }
 
 // ProxyStats counts what a Proxy did.
@@ -248,6 +280,8 @@ type link struct {
 	server *net.TCPConn
 	once   sync.Once
 	done   chan struct{} // closed when the link is closed
+
+	loseNext atomic.Pointer[replyLoss] // the next reply to the client is lost
 }
 
 // chunk is data read from one side, due for delivery to the other at due.
@@ -327,7 +361,29 @@ func (l *link) write(dst *net.TCPConn, in <-chan chunk) {
 		}
 		l.p.mu.Lock()
 		rate := l.p.resetRate
+		loss := l.p.loss
+		if loss != nil && dst == l.server && loss.match(c.data) {
+			l.p.loss = nil // one shot; armed on this link below
+		} else {
+			loss = nil
+		}
 		l.p.mu.Unlock()
+		if loss != nil {
+			// Armed before the command leaves, so that its reply, the
+			// next chunk back, cannot slip through first.
+			l.loseNext.Store(loss)
+			if loss.arrived != nil {
+				loss.arrived()
+			}
+		}
+		if dst == l.client {
+			if lost := l.loseNext.Load(); lost != nil {
+				l.p.stats.resets.Add(1)
+				close(lost.lost)
+				l.close(true)
+				return
+			}
+		}
 		if rate > 0 && rand.Float64() < rate {
 			l.p.stats.resets.Add(1)
 			l.close(true)

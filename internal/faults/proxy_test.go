@@ -188,3 +188,25 @@ func TestProxy_CloseLeavesNoGoroutines(t *testing.T) {
 		t.Fatalf("stats after Close %+v", s)
 	}
 }
+
+func TestProxy_LoseReplyToRunsTheCommandAndLosesItsAnswer(t *testing.T) {
+	p, c, srv := proxied(t)
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	arrived := make(chan struct{})
+	lost := p.LoseReplyTo(Containing([]byte("lost-reply")), func() { close(arrived) })
+	if err := c.Set(ctx, "lost-reply", "v", 0).Err(); err == nil {
+		t.Fatal("the reply of the armed command came through")
+	}
+	<-arrived
+	<-lost
+	if got := srv.Do("GET", "lost-reply"); got != "v" {
+		t.Fatalf("the server did not run the command whose reply was lost: GET = %v", got)
+	}
+	// One shot: the next command and its answer pass.
+	if err := c.Set(ctx, "lost-reply", "w", 0).Err(); err != nil {
+		t.Fatalf("after the lost reply: %v", err)
+	}
+}

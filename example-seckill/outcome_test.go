@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/seckillguard/seckillguard/guard"
+	"github.com/seckillguard/seckillguard/internal/faults"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+)
+
+// TestService_PurchaseWhoseCommitAnswerIsLostIsNeitherRefusedNorDuplicated:
+// the purchase's COMMIT reaches MariaDB and commits, and its answer is lost
+// (the connection reset between the two) — with the lock kept, and with the
+// lock's lease run out while the COMMIT was on its way. The buyer is told
+// the outcome is unknown (503), the instance does not count the purchase as
+// refused, and the retry with the same Idempotency-Key gets the order that
+// was written; one order, one unit.
+func TestService_PurchaseWhoseCommitAnswerIsLostIsNeitherRefusedNorDuplicated(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []Mode{ModeGuard, ModeGuardLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			rs := testenv.Redis(t)
+			dsn := testenv.MySQL(t)
+			dbCfg, err := gomysql.ParseDSN(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy, err := faults.NewProxy(dbCfg.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			dbCfg.Addr = proxy.Addr
+			b, err := OpenBackends(env(map[string]string{envRedisURL: "redis://" + rs.Addr, envMySQLDSN: dbCfg.FormatDSN()}), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Close)
+			b.Quiet()
+			cfg := testConfig(t, mode)
+			cfg.Lease = 300 * time.Millisecond
+			ins, db := cluster(t, b, cfg, 1)
+			in := ins[0]
+			const sku = "sku-commit"
+			putProduct(t, in, sku, 5)
+
+			// The COMMIT that follows the order's INSERT.
+			var mu sync.Mutex
+			sawOrder := false
+			match := func(chunk []byte) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				if bytes.Contains(chunk, []byte("INSERT INTO `orders`")) {
+					sawOrder = true
+				}
+				return sawOrder && bytes.Contains(chunk, []byte("\x03COMMIT"))
+			}
+			lost := proxy.LoseReplyTo(match, func() {
+				if mode != ModeGuardLease {
+					return
+				}
+				// Hold the COMMIT until the lock's lease has run out.
+				deadline := time.Now().Add(5 * time.Second)
+				for rs.Do("EXISTS", "sku:"+sku) != int64(0) && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(20 * time.Millisecond) // the local expiry's timer, which runs before Redis's
+			})
+
+			a := buyAt(t, in, sku, "u1", "k1")
+			select {
+			case <-lost:
+			default:
+				t.Fatalf("purchase answered %v and no COMMIT reply was lost: the fault did not fire", a)
+			}
+			if left, n := stockOf(t, db, sku), len(ordersOf(t, db, sku)); left != 4 || n != 1 {
+				t.Fatalf("stock %d and %d orders after the lost answer, want 4 and 1: the COMMIT did not commit, so this test shows nothing", left, n)
+			}
+			if a.status != http.StatusServiceUnavailable || a.code() != "outcome_unknown" {
+				t.Errorf("purchase whose COMMIT answer was lost: %v, want 503 outcome_unknown", a)
+			}
+			for _, by := range []string{refusedLockLost, refusedFence} {
+				if n := counter(in, "seckill_stale_writes_refused_total", "by", by); n != 0 {
+					t.Errorf("counted %v purchases refused by %s; the one purchase was written", n, by)
+				}
+			}
+
+			retry := buyAt(t, in, sku, "u1", "k1")
+			if retry.status != http.StatusCreated || retry.header.Get(guard.ReplayedHeader) != "true" {
+				t.Fatalf("retry with the same key: %v, want the written order replayed", retry)
+			}
+			if left, n := stockOf(t, db, sku), len(ordersOf(t, db, sku)); left != 4 || n != 1 {
+				t.Errorf("stock %d and %d orders after the retry, want 4 and 1", left, n)
+			}
+		})
+	}
+}

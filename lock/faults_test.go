@@ -266,3 +266,34 @@ func TestFaults_LockingAgainAfterAFailedUnlockIsRenewedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A MultiLock whose final Unlock failed (its reply lost) is released in the
+// background; the caller's own retry, arriving after that, succeeds as a
+// Mutex's does: the set was released, nothing was lost.
+func TestFaults_MultiLockUnlockRetriedAfterItsBackgroundRetrySucceeds(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	hook := &lostReplies{match: isRelease}
+	rdb.AddHook(hook)
+	c := lock.New(rdb, lock.WithWatchdogTimeout(time.Second))
+	defer c.Close()
+	base := lockName(t)
+	ml := c.MultiLock(base+":a", base+":b")
+	ctx, err := ml.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.left.Store(1)
+	if err := ml.Unlock(ctx); err == nil {
+		t.Fatal("unlock with a lost reply reported success")
+	}
+	eventually(t, 2*time.Second, "the failed unlock is completed in the background", func() bool {
+		return srv.Do("EXISTS", base+":a", base+":b") == int64(0) && ctx.Err() != nil
+	})
+	if err := ml.Unlock(ctx); err != nil {
+		t.Fatalf("a late retry of the failed unlock = %v, want success", err)
+	}
+	if err := ml.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("one more unlock = %v, want ErrNotHeld", err)
+	}
+}

@@ -130,6 +130,14 @@ func (c *Client) ref(id holdID, name string) *hold {
 	return h
 }
 
+// refAgain counts the caller as using h, a hold it knows already, until
+// unref; h may have been forgotten by the Client meanwhile.
+func (c *Client) refAgain(h *hold) {
+	c.mu.Lock()
+	h.refs++
+	c.mu.Unlock()
+}
+
 // renewalLost is how the watchdog reports that h's lock is lost: h is
 // forgotten and its context ends with cause ErrLost.
 func (h *hold) renewalLost(why string) {

@@ -59,6 +59,7 @@ type multiHold struct {
 	// Guarded by the semaphores of the member holds.
 	levels int
 	done   map[string]bool // locks an Unlock in progress has released already (it failed on others)
+	holds  []*hold         // the holds of the locks, in the global order
 
 	token  fencing.Token
 	ctx    context.Context
@@ -458,7 +459,7 @@ func (ml *MultiLock) enter(ctx context.Context, holds []*hold, owner int64, owne
 	if ownerNew {
 		ctx = context.WithValue(ctx, ownerKey{ml.c}, owner)
 	}
-	mh := &multiHold{levels: 1, token: token}
+	mh := &multiHold{levels: 1, token: token, holds: holds}
 	mctx, cancel := context.WithCancelCause(ctx)
 	mh.cancel = cancel
 	for _, h := range holds {
@@ -486,16 +487,18 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		return wrap(ml.label, fmt.Errorf("%w: nil context", ErrInvalid))
 	}
 	mh, _ := ctx.Value(multiKey{c, ml.id}).(*multiHold)
-	owner, ok := c.owner(ctx)
-	if mh == nil || !ok {
+	if _, ok := c.owner(ctx); mh == nil || !ok {
 		if errors.Is(context.Cause(ctx), ErrLost) {
 			return wrap(ml.label, ErrLost)
 		}
 		return wrap(ml.label, ErrNotHeld)
 	}
-	holds := make([]*hold, len(ml.locks))
-	for i, m := range ml.locks {
-		holds[i] = c.ref(holdID{m.key, exclusive, owner}, m.name)
+	// The holds this acquisition took, not the owner's current ones: a
+	// hold released in the background after a failed Unlock is forgotten
+	// by the Client, and only its own context says how it ended.
+	holds := mh.holds
+	for _, h := range holds {
+		c.refAgain(h)
 	}
 	defer func() {
 		for _, h := range holds {
@@ -529,6 +532,11 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		for j, m := range g {
 			h := gh[j]
 			if mh.done[m.key] {
+				continue
+			}
+			if h.levels == 0 && !c.isLost(h) && errors.Is(context.Cause(h.ctx), errReleasedLater) {
+				// An earlier Unlock failed on it and the retry in the
+				// background released it since.
 				continue
 			}
 			if h.levels == 0 || c.isLost(h) {

@@ -18,12 +18,17 @@ import (
 // given to Body or Template.Resolve: 1 MiB.
 const DefaultBodyLimit = 1 << 20
 
+// MaxBodyLimit is the largest body limit: a body is held in memory whole, so
+// the limit bounds what one request can make the process allocate. A larger
+// limit given to Body or Template.Resolve counts as MaxBodyLimit. 1 GiB.
+const MaxBodyLimit = 1 << 30
+
 // Body returns the request body, reading it on the first call of the
 // request and returning the same bytes on later calls, so the lock key, the
 // idempotency key and the idempotency fingerprint all see one body.
 //
 // The first read consumes at most limit+1 bytes (limit <= 0 means
-// DefaultBodyLimit) and then puts the body back: c.Request.Body is replaced
+// DefaultBodyLimit, a limit over MaxBodyLimit means MaxBodyLimit) and then puts the body back: c.Request.Body is replaced
 // by a reader over the same bytes, so the handler, c.ShouldBindJSON and
 // c.PostForm read it as if it had never been touched. A body longer than
 // limit is ErrBodyTooLarge (a declared Content-Length over the limit fails
@@ -82,6 +87,7 @@ func (s *requestState) readBody(req *http.Request, limit int64) ([]byte, error) 
 	if limit <= 0 {
 		limit = DefaultBodyLimit
 	}
+	limit = min(limit, MaxBodyLimit)
 	if !s.read {
 		s.read = true
 		s.body, s.readErr = readAndRestore(req, limit, &s.replay)

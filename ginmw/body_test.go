@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -218,5 +219,31 @@ func TestBody_FormParsedFromTheCacheMatchesPostForm(t *testing.T) {
 	wantKey(t, o, "k:a&b=c")
 	if string(body) != form || postForm != "a&b=c" {
 		t.Fatalf("Body = %q, handler PostForm = %q", body, postForm)
+	}
+}
+
+func TestBody_LimitBeyondMaxBodyLimitCountsAsMaxBodyLimit(t *testing.T) {
+	for _, chunked := range []bool{false, true} {
+		var got []byte
+		var err error
+		r := gin.New()
+		r.POST("/o", func(c *gin.Context) { got, err = Body(c, math.MaxInt64) })
+		req := jsonPost("/o", `{"sku":"s-1"}`)
+		if chunked {
+			req = unknownLength(req)
+		}
+		r.ServeHTTP(httptest.NewRecorder(), req)
+		if err != nil || string(got) != `{"sku":"s-1"}` {
+			t.Fatalf("chunked=%v: Body(c, MaxInt64) = %q, %v", chunked, got, err)
+		}
+	}
+	req := jsonPost("/o", "{}")
+	req.ContentLength = MaxBodyLimit + 1
+	var err error
+	r := gin.New()
+	r.POST("/o", func(c *gin.Context) { _, err = Body(c, math.MaxInt64) })
+	r.ServeHTTP(httptest.NewRecorder(), req)
+	if !errors.Is(err, ErrBodyTooLarge) {
+		t.Fatalf("a declared length over MaxBodyLimit: %v, want ErrBodyTooLarge", err)
 	}
 }

@@ -25,6 +25,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -49,8 +50,9 @@ type Guard struct {
 }
 
 // New returns a Guard on rdb (a single-node, Sentinel failover or Cluster
-// client). It does no I/O. New panics when rdb is nil: a Guard without Redis
-// is a mistake to find at boot.
+// client). It does no I/O. New panics when rdb is nil (a Guard without Redis
+// is a mistake to find at boot) and with the error of an invalid
+// WithDefaults option.
 func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 	if rdb == nil {
 		panic("guard: New needs a Redis client")
@@ -62,6 +64,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		}
 	}
 	lockOpts := append([]lock.Option{lock.WithLogger(o.log)}, o.lockOpts...)
+	r := defaultRoute()
+	if applyOptions(&r, useBoth, o.defaults); len(r.errs) > 0 {
+		panic(fmt.Errorf("guard: WithDefaults: %w", errors.Join(r.errs...)))
+	}
 	return &Guard{
 		rdb:      rdb,
 		locks:    lock.New(rdb, lockOpts...),

@@ -86,6 +86,20 @@ func charAt(v string, i int) string {
 	return strconv.QuoteRune(r)
 }
 
+// validHeaderName reports whether name is a header field name (an RFC 9110
+// token) that a request can carry.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c == ':' || c == '/' || !isTokenChar(c) {
+			return false
+		}
+	}
+	return true
+}
+
 func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 // isTokenChar reports whether c may appear in a bare key: an RFC 9110

@@ -40,8 +40,10 @@ type idemConfig struct {
 // IdempotencyHeader sets the request header that carries the key. Default
 // "Idempotency-Key" (draft-ietf-httpapi-idempotency-key-header).
 func IdempotencyHeader(name string) RouteOption {
-	mustf(name != "", "IdempotencyHeader: empty header name")
-	return func(r *route) { r.idem.header, r.idem.keyTmpl = name, nil }
+	if !validHeaderName(name) {
+		return invalid("IdempotencyHeader(%q): not a header name a request can carry (want letters, digits and !#$%%&'*+-.^_`|~)", name)
+	}
+	return option(useIdem, "IdempotencyHeader", func(r *route) { r.idem.header, r.idem.keyTmpl = name, nil })
 }
 
 // IdempotencyKey takes the key from the request with a template instead of a
@@ -49,14 +51,17 @@ func IdempotencyHeader(name string) RouteOption {
 // makes a repeated submission of one order a replay. It panics on a
 // malformed template.
 func IdempotencyKey(template string) RouteOption {
-	t := ginmw.MustParseTemplate(template)
-	return func(r *route) { r.idem.keyTmpl = t }
+	t, err := ginmw.ParseTemplate(template)
+	if err != nil {
+		return invalid("IdempotencyKey: %w", err)
+	}
+	return option(useIdem, "IdempotencyKey", func(r *route) { r.idem.keyTmpl = t })
 }
 
 // OptionalKey lets requests without a key through, unguarded. Default: the
 // key is required and a request without one is answered 400.
 func OptionalKey() RouteOption {
-	return func(r *route) { r.idem.required = false }
+	return option(useIdem, "OptionalKey", func(r *route) { r.idem.required = false })
 }
 
 // Scope names the caller whose keys these are, with a template such as
@@ -64,55 +69,69 @@ func OptionalKey() RouteOption {
 // caller can never be served another's stored response, even with the same
 // key. Every Idempotent route needs a Scope, or Unscoped.
 func Scope(template string) RouteOption {
-	t := ginmw.MustParseTemplate(template)
-	return func(r *route) { r.idem.scope, r.idem.unscoped = t, false }
+	t, err := ginmw.ParseTemplate(template)
+	if err != nil {
+		return invalid("Scope: %w", err)
+	}
+	return option(useIdem, "Scope", func(r *route) { r.idem.scope, r.idem.unscoped = t, false })
 }
 
 // Unscoped shares one key space among all callers of the route. Only for
 // keys a client cannot guess or choose for another client.
 func Unscoped() RouteOption {
-	return func(r *route) { r.idem.scope, r.idem.unscoped = nil, true }
+	return option(useIdem, "Unscoped", func(r *route) { r.idem.scope, r.idem.unscoped = nil, true })
 }
 
 // UseFingerprint sets what makes two requests with one key the same
 // request. Default FingerprintAuto.
 func UseFingerprint(f Fingerprint) RouteOption {
-	return func(r *route) { r.idem.fingerprint = f }
+	return option(useIdem, "UseFingerprint", func(r *route) { r.idem.fingerprint = f })
 }
 
 // RecordTTL sets how long a completed response is replayed. Default
 // DefaultRecordTTL (24h).
 func RecordTTL(d time.Duration) RouteOption {
-	mustf(d >= time.Millisecond, "RecordTTL(%v): must be at least 1ms", d)
-	return func(r *route) { r.idem.ttl = d }
+	if d < time.Millisecond {
+		return invalid("RecordTTL(%v): must be at least 1ms", d)
+	}
+	return option(useIdem, "RecordTTL", func(r *route) { r.idem.ttl = d })
 }
 
 // WaitForFirst makes a request whose key is in progress wait up to d for the
 // first request and replay its answer, instead of being answered 409 at
 // once. Default 0: answer 409 with Retry-After.
 func WaitForFirst(d time.Duration) RouteOption {
-	mustf(d >= 0, "WaitForFirst(%v): must not be negative", d)
-	return func(r *route) { r.idem.waitForFirst = d }
+	if d < 0 {
+		return invalid("WaitForFirst(%v): must not be negative", d)
+	}
+	return option(useIdem, "WaitForFirst", func(r *route) { r.idem.waitForFirst = d })
 }
 
 // StoreServerErrors keeps 5xx answers and replays them, as Stripe does.
 // Default: a 5xx (or a panic) drops the record so that a retry runs again.
 func StoreServerErrors() RouteOption {
-	return func(r *route) { r.idem.storeServerErrors = true }
+	return option(useIdem, "StoreServerErrors", func(r *route) { r.idem.storeServerErrors = true })
 }
 
 // MaxResponse sets the largest response body that is stored for replay; a
 // larger one reaches the client but is not stored (a log line says so), and a
 // retry runs again. Default ginmw.DefaultRecordLimit (64 KiB).
 func MaxResponse(n int) RouteOption {
-	mustf(n > 0, "MaxResponse(%d): must be positive", n)
-	return func(r *route) { r.idem.maxResponse = n }
+	if n <= 0 {
+		return invalid("MaxResponse(%d): must be positive", n)
+	}
+	return option(useIdem, "MaxResponse", func(r *route) { r.idem.maxResponse = n })
 }
 
 // ReplayHeaders names response headers stored and replayed besides
 // Content-Type, such as "Location". Default: none.
 func ReplayHeaders(names ...string) RouteOption {
-	return func(r *route) { r.idem.replayHeaders = append(r.idem.replayHeaders, names...) }
+	for _, n := range names {
+		if !validHeaderName(n) {
+			return invalid("ReplayHeaders(%q): not a header name", n)
+		}
+	}
+	return option(useIdem, "ReplayHeaders", func(r *route) { r.idem.replayHeaders = append(r.idem.replayHeaders, names...) })
 }
 
 // ReplayedHeader marks a replayed response.
@@ -150,7 +169,7 @@ var (
 // the record so a retry runs again. Every Idempotent route needs Scope or
 // Unscoped; Idempotent panics at registration otherwise.
 func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
-	return g.idempotentStep(g.route(opts)).handler()
+	return g.idempotentStep(g.mustRoute(opts, useIdem)).handler()
 }
 
 func (g *Guard) idempotentStep(r route) step {

@@ -45,7 +45,7 @@ func (s step) handler() gin.HandlerFunc {
 // that reports an error with c.Error(err) where errors.Is(err,
 // fencing.ErrStale) is answered 409.
 func (g *Guard) Lock(template string, opts ...RouteOption) gin.HandlerFunc {
-	return g.lockStep(ginmw.MustParseTemplate(template), g.route(opts)).handler()
+	return g.lockStep(ginmw.MustParseTemplate(template), g.mustRoute(opts, useLock)).handler()
 }
 
 func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {

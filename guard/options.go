@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -50,10 +51,48 @@ const (
 	DefaultRecordTTL  = 24 * time.Hour  // how long an idempotent response is replayed
 )
 
-// A RouteOption configures the middleware of one route. Options are checked
-// when the route is registered; a nonsensical value panics there, so the
-// mistake stops the service at boot rather than under traffic.
+// A RouteOption configures the middleware of one route. Making an option
+// never panics: an option with a nonsensical value carries an error matching
+// ErrBadOption, and the middleware it is given to refuses it where the route
+// is registered (Lock, Idempotent and Policies panic with the error, New
+// with an invalid WithDefaults option; LoadPolicies returns it with the
+// line), so the mistake stops the service at boot rather than under traffic.
+//
+// Some options configure only one of the two middlewares: Wait, Lease, Busy
+// and LongHold the lock; IdempotencyHeader, IdempotencyKey, OptionalKey,
+// Scope, Unscoped, UseFingerprint, RecordTTL, WaitForFirst,
+// StoreServerErrors, MaxResponse and ReplayHeaders idempotency. Given to the
+// other middleware such an option would do nothing, so it is refused there
+// too. RetryAfter, FailOpen and BodyLimit configure both. WithDefaults and
+// policy files may set options of either kind for every route.
 type RouteOption func(*route)
+
+// ErrBadOption is matched by the error of every refused route option.
+var ErrBadOption = errors.New("guard: invalid route option")
+
+// MaxBodyLimit is the largest BodyLimit: the middleware holds a body it
+// reads in memory whole, so the limit bounds what one request can make the
+// process allocate. 1 GiB.
+const MaxBodyLimit = ginmw.MaxBodyLimit
+
+// optionUse says which middleware reads an option.
+type optionUse uint8
+
+const (
+	useBoth optionUse = iota // both, or: applying defaults, which may set either kind
+	useLock
+	useIdem
+)
+
+func (u optionUse) String() string {
+	switch u {
+	case useLock:
+		return "Lock"
+	case useIdem:
+		return "Idempotent"
+	}
+	return "Lock and Idempotent"
+}
 
 // route is the resolved configuration of one guarded route.
 type route struct {
@@ -66,6 +105,11 @@ type route struct {
 	bodyLimit  int64
 	longHold   time.Duration
 	idem       idemConfig
+
+	// building is the middleware whose own options are being applied
+	// (useBoth while defaults are); errs collects refused options.
+	building optionUse
+	errs     []error
 }
 
 func defaultRoute() route {
@@ -86,19 +130,40 @@ func defaultRoute() route {
 	}
 }
 
-func (g *Guard) route(opts []RouteOption) route {
+// route resolves the configuration of a route of the middleware use: the
+// Guard's defaults, then opts. The error joins every refused option.
+func (g *Guard) route(opts []RouteOption, use optionUse) (route, error) {
 	r := defaultRoute()
-	for _, f := range g.defaults {
-		if f != nil {
-			f(&r)
-		}
-	}
-	for _, f := range opts {
-		if f != nil {
-			f(&r)
-		}
+	applyOptions(&r, useBoth, g.defaults)
+	applyOptions(&r, use, opts)
+	return r, errors.Join(r.errs...)
+}
+
+// mustRoute is route for the middleware constructors, which panic with the
+// error at registration.
+func (g *Guard) mustRoute(opts []RouteOption, use optionUse) route {
+	r, err := g.route(opts, use)
+	if err != nil {
+		panic(err)
 	}
 	return r
+}
+
+func applyOptions(r *route, use optionUse, opts []RouteOption) {
+	r.building = use
+	for _, f := range opts {
+		if f != nil {
+			f(r)
+		}
+	}
+	r.building = useBoth
+}
+
+// checkOption returns the error of option o alone, or nil.
+func checkOption(o RouteOption) error {
+	r := defaultRoute()
+	applyOptions(&r, useBoth, []RouteOption{o})
+	return errors.Join(r.errs...)
 }
 
 func mustf(ok bool, format string, args ...any) {
@@ -107,11 +172,31 @@ func mustf(ok bool, format string, args ...any) {
 	}
 }
 
+// invalid is an option that carries the error of a nonsensical value.
+func invalid(format string, args ...any) RouteOption {
+	err := fmt.Errorf("%w: "+format, append([]any{ErrBadOption}, args...)...)
+	return func(r *route) { r.errs = append(r.errs, err) }
+}
+
+// option is the option named name that only the middleware use reads; set
+// applies it.
+func option(use optionUse, name string, set func(*route)) RouteOption {
+	return func(r *route) {
+		if r.building != useBoth && r.building != use {
+			r.errs = append(r.errs, fmt.Errorf("%w: %s configures %s and does nothing given to %s", ErrBadOption, name, use, r.building))
+			return
+		}
+		set(r)
+	}
+}
+
 // Wait sets how long Lock waits for a key another request holds before
 // answering busy. Default DefaultWait (2s). Zero makes one attempt.
 func Wait(d time.Duration) RouteOption {
-	mustf(d >= 0, "Wait(%v): the wait must not be negative", d)
-	return func(r *route) { r.wait = d }
+	if d < 0 {
+		return invalid("Wait(%v): the wait must not be negative", d)
+	}
+	return option(useLock, "Wait", func(r *route) { r.wait = d })
 }
 
 // Lease holds the lock for at most d and turns the watchdog off for it: if
@@ -119,23 +204,38 @@ func Wait(d time.Duration) RouteOption {
 // fenced writes of the handler are refused. Default: no fixed lease; the
 // watchdog renews the lock while the handler runs.
 func Lease(d time.Duration) RouteOption {
-	mustf(d >= time.Millisecond, "Lease(%v): the lease must be at least 1ms", d)
-	return func(r *route) { r.lease = d }
+	if d < time.Millisecond {
+		return invalid("Lease(%v): the lease must be at least 1ms", d)
+	}
+	return option(useLock, "Lease", func(r *route) { r.lease = d })
 }
 
 // Busy sets the answer to a request whose key stays locked for the whole
 // wait: status (default 429) and the "error" code of its JSON body (default
 // "busy").
 func Busy(status int, code string) RouteOption {
-	mustf(status >= 400 && status <= 599, "Busy(%d, %q): the status must be 4xx or 5xx", status, code)
-	mustf(code != "", "Busy(%d, %q): the error code must not be empty", status, code)
-	return func(r *route) { r.busyStatus, r.busyCode = status, code }
+	if err := checkBusy(status, code); err != nil {
+		return invalid("Busy(%d, %q): %v", status, code, err)
+	}
+	return option(useLock, "Busy", func(r *route) { r.busyStatus, r.busyCode = status, code })
+}
+
+func checkBusy(status int, code string) error {
+	switch {
+	case status < 400 || status > 599:
+		return errors.New("the status must be 4xx or 5xx")
+	case code == "":
+		return errors.New("the error code must not be empty")
+	}
+	return nil
 }
 
 // RetryAfter sets the Retry-After of busy and in-progress answers, in whole
 // seconds rounded up. Default DefaultRetryAfter (1s).
 func RetryAfter(d time.Duration) RouteOption {
-	mustf(d > 0, "RetryAfter(%v): must be positive", d)
+	if d <= 0 {
+		return invalid("RetryAfter(%v): must be positive", d)
+	}
 	return func(r *route) { r.retryAfter = d }
 }
 
@@ -148,9 +248,11 @@ func FailOpen() RouteOption {
 
 // BodyLimit sets how much of a request body the middleware reads to find
 // key fields and fingerprints; a longer body is answered 413. Default
-// ginmw.DefaultBodyLimit (1 MiB).
+// ginmw.DefaultBodyLimit (1 MiB); at most MaxBodyLimit (1 GiB).
 func BodyLimit(n int64) RouteOption {
-	mustf(n > 0, "BodyLimit(%d): must be positive", n)
+	if n <= 0 || n > MaxBodyLimit {
+		return invalid("BodyLimit(%d): want 1 to MaxBodyLimit (%d) bytes", n, int64(MaxBodyLimit))
+	}
 	return func(r *route) { r.bodyLimit = n }
 }
 
@@ -158,6 +260,8 @@ func BodyLimit(n int64) RouteOption {
 // the critical section should hold no remote call. Default
 // DefaultLongHold (1s).
 func LongHold(d time.Duration) RouteOption {
-	mustf(d > 0, "LongHold(%v): must be positive", d)
-	return func(r *route) { r.longHold = d }
+	if d <= 0 {
+		return invalid("LongHold(%v): must be positive", d)
+	}
+	return option(useLock, "LongHold", func(r *route) { r.longHold = d })
 }

@@ -144,7 +144,7 @@ func (g *Guard) Policies(p *Policies) gin.HandlerFunc {
 	mustf(p != nil, "Policies(nil)")
 	byMethod := make(map[string]map[string]step)
 	for _, rp := range p.routes {
-		r := g.route(rp.opts)
+		r := g.mustRoute(rp.opts, useBoth)
 		var s step
 		if rp.lock != nil {
 			s = g.lockStep(rp.lock, r)
@@ -300,88 +300,87 @@ func validMethod(m string) bool {
 	return false
 }
 
-// apply adds the options s sets to rp, turning the option constructors'
-// panics into errors that name the line.
-func (s *settings) apply(rp *RoutePolicy) (err error) {
-	line := 0
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("line %d: %v", line, r)
+// apply adds the options s sets to rp. Each option is checked on its own,
+// so that a refused value names its line.
+func (s *settings) apply(rp *RoutePolicy) error {
+	add := func(line int, o RouteOption) error {
+		if err := checkOption(o); err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
 		}
-	}()
-	add := func(_ int, o RouteOption) { rp.opts = append(rp.opts, o) } // the line is kept for the recover above
+		rp.opts = append(rp.opts, o)
+		return nil
+	}
 	if s.Lock != nil {
-		line = s.Lock.line
-		t, terr := ginmw.ParseTemplate(s.Lock.value)
-		if terr == nil {
-			terr = t.CheckRoute(rp.Path)
+		t, err := ginmw.ParseTemplate(s.Lock.value)
+		if err == nil {
+			err = t.CheckRoute(rp.Path)
 		}
-		if terr != nil {
-			return fmt.Errorf("line %d: lock: %w", line, terr)
+		if err != nil {
+			return fmt.Errorf("line %d: lock: %w", s.Lock.line, err)
 		}
 		rp.lock = t
 	}
+	var err error
+	set := func(line int, o RouteOption) {
+		if err == nil {
+			err = add(line, o)
+		}
+	}
 	if v := s.Wait; v != nil {
-		line = v.line
-		add(line, Wait(v.value))
+		set(v.line, Wait(v.value))
 	}
 	if v := s.Lease; v != nil {
-		line = v.line
 		if v.value == 0 { // 0: the watchdog, also over a lease set in defaults
-			add(line, func(r *route) { r.lease = 0 })
+			set(v.line, func(r *route) { r.lease = 0 })
 		} else {
-			add(line, Lease(v.value))
+			set(v.line, Lease(v.value))
 		}
 	}
 	// Status and code are set apart, so that a route may change one and
 	// keep the other from the defaults.
 	if v := s.BusyStatus; v != nil {
-		line = v.line
-		Busy(v.value, "busy") // checks the status
-		add(line, func(r *route) { r.busyStatus = v.value })
+		if err := checkBusy(v.value, "busy"); err != nil {
+			return fmt.Errorf("line %d: busy_status %d: %w", v.line, v.value, err)
+		}
+		set(v.line, func(r *route) { r.busyStatus = v.value })
 	}
 	if v := s.BusyError; v != nil {
-		line = v.line
-		Busy(http.StatusTooManyRequests, v.value) // checks the code
-		add(line, func(r *route) { r.busyCode = v.value })
+		if err := checkBusy(http.StatusTooManyRequests, v.value); err != nil {
+			return fmt.Errorf("line %d: busy_error %q: %w", v.line, v.value, err)
+		}
+		set(v.line, func(r *route) { r.busyCode = v.value })
 	}
 	if v := s.RetryAfter; v != nil {
-		line = v.line
-		add(line, RetryAfter(v.value))
+		set(v.line, RetryAfter(v.value))
 	}
 	if v := s.Fail; v != nil {
-		line = v.line
 		switch v.value {
 		case "open":
-			add(line, FailOpen())
+			set(v.line, FailOpen())
 		case "closed":
-			add(line, func(r *route) { r.failOpen = false })
+			set(v.line, func(r *route) { r.failOpen = false })
 		default:
-			return fmt.Errorf("line %d: fail: %q, want open or closed", line, v.value)
+			return fmt.Errorf("line %d: fail: %q, want open or closed", v.line, v.value)
 		}
 	}
 	if v := s.BodyLimit; v != nil {
-		line = v.line
-		add(line, BodyLimit(v.value))
+		set(v.line, BodyLimit(v.value))
 	}
 	if v := s.LongHold; v != nil {
-		line = v.line
-		add(line, LongHold(v.value))
+		set(v.line, LongHold(v.value))
+	}
+	if err != nil {
+		return err
 	}
 	if s.Idempotency != nil {
-		line = s.Idempotency.line
-		if err := s.Idempotency.apply(rp, &line); err != nil {
-			return err
-		}
+		return s.Idempotency.apply(rp, add)
 	}
 	return nil
 }
 
-func (is *idemSpec) apply(rp *RoutePolicy, line *int) error {
+func (is *idemSpec) apply(rp *RoutePolicy, add func(line int, o RouteOption) error) error {
 	rp.idem = true
-	add := func(o RouteOption) { rp.opts = append(rp.opts, o) }
 	template := func(v *located[string], what string) error {
-		*line = v.line
 		t, err := ginmw.ParseTemplate(v.value)
 		if err == nil {
 			err = t.CheckRoute(rp.Path)
@@ -391,61 +390,64 @@ func (is *idemSpec) apply(rp *RoutePolicy, line *int) error {
 		}
 		return nil
 	}
+	if is.Scope != nil && is.Unscoped != nil && is.Unscoped.value {
+		return fmt.Errorf("line %d: idempotency: scope (line %d) and unscoped: true contradict each other; keep one", is.Unscoped.line, is.Scope.line)
+	}
+	var err error
+	try := func(line int, o RouteOption) {
+		if err == nil {
+			err = add(line, o)
+		}
+	}
 	if v := is.Scope; v != nil {
 		if err := template(v, "scope"); err != nil {
 			return err
 		}
-		add(Scope(v.value))
+		try(v.line, Scope(v.value))
 	}
 	if v := is.Unscoped; v != nil && v.value {
-		*line = v.line
-		add(Unscoped())
+		try(v.line, Unscoped())
 	}
 	if v := is.Header; v != nil {
-		*line = v.line
-		add(IdempotencyHeader(v.value))
+		try(v.line, IdempotencyHeader(v.value))
 	}
 	if v := is.Key; v != nil {
 		if err := template(v, "key"); err != nil {
 			return err
 		}
-		add(IdempotencyKey(v.value))
+		try(v.line, IdempotencyKey(v.value))
 	}
 	if v := is.Required; v != nil {
-		*line = v.line
 		if !v.value {
-			add(OptionalKey())
+			try(v.line, OptionalKey())
 		} else {
-			add(func(r *route) { r.idem.required = true })
+			try(v.line, func(r *route) { r.idem.required = true })
 		}
 	}
 	if v := is.Fingerprint; v != nil {
-		*line = v.line
-		fp, err := parseFingerprint(v.value)
-		if err != nil {
-			return fmt.Errorf("line %d: idempotency fingerprint: %w", v.line, err)
+		fp, ferr := parseFingerprint(v.value)
+		if ferr != nil {
+			return fmt.Errorf("line %d: idempotency fingerprint: %w", v.line, ferr)
 		}
-		add(UseFingerprint(fp))
+		try(v.line, UseFingerprint(fp))
 	}
 	if v := is.TTL; v != nil {
-		*line = v.line
-		add(RecordTTL(v.value))
+		try(v.line, RecordTTL(v.value))
 	}
 	if v := is.WaitForFirst; v != nil {
-		*line = v.line
-		add(WaitForFirst(v.value))
+		try(v.line, WaitForFirst(v.value))
 	}
 	if v := is.StoreServerErrors; v != nil && v.value {
-		*line = v.line
-		add(StoreServerErrors())
+		try(v.line, StoreServerErrors())
 	}
 	if v := is.MaxResponse; v != nil {
-		*line = v.line
-		add(MaxResponse(v.value))
+		try(v.line, MaxResponse(v.value))
 	}
 	if v := is.ReplayHeaders; v != nil {
-		*line = v.line
-		add(ReplayHeaders(v.value...))
+		try(v.line, ReplayHeaders(v.value...))
+	}
+	if err != nil {
+		return err
 	}
 	if is.Scope == nil && (is.Unscoped == nil || !is.Unscoped.value) {
 		return fmt.Errorf("line %d: idempotency needs a scope (e.g. scope: \"<ctx:user_id>\") or unscoped: true", is.line)

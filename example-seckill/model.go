@@ -26,12 +26,16 @@ type Product struct {
 // (user_id, sku) allows one unit per user and SKU; the unique index on
 // idempotency_key stores the request's idempotency record
 // (guard.IdempotencyRecord), so that a retry whose Redis record was lost
-// still cannot create a second order.
+// still cannot create a second order; idempotency_fingerprint stores the
+// identity of the request that created the order
+// (guard.IdempotencyFingerprint), so that the key sent again for another
+// purchase is refused rather than answered with this order.
 type Order struct {
 	ID             uint64           `gorm:"primaryKey" json:"id"`
 	UserID         string           `gorm:"size:64;not null;uniqueIndex:idx_orders_user_sku" json:"user_id"`
 	SKU            string           `gorm:"size:64;not null;uniqueIndex:idx_orders_user_sku" json:"sku"`
 	IdempotencyKey *string          `gorm:"size:64;uniqueIndex:idx_orders_idempotency_key" json:"-"`
+	IdempotencyFP  *string          `gorm:"column:idempotency_fingerprint;size:64" json:"-"`
 	Fence          gormplugin.Fence `json:"-"`
 	CreatedAt      time.Time        `json:"created_at"`
 }

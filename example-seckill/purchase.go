@@ -91,7 +91,8 @@ func (s *Service) buy(c *gin.Context) {
 	left := p.Stock - 1
 	order := Order{UserID: user, SKU: sku}
 	if rec, ok := guard.IdempotencyRecord(c); ok {
-		order.IdempotencyKey = &rec
+		fp, _ := guard.IdempotencyFingerprint(c)
+		order.IdempotencyKey, order.IdempotencyFP = &rec, &fp
 	}
 	// gormplugin.Transaction rather than db.Transaction: a COMMIT whose
 	// answer was lost is reported as such, not as a driver error (or, with
@@ -174,15 +175,21 @@ func (s *Service) refused(c *gin.Context, ctx context.Context, err error) bool {
 }
 
 // duplicate answers a purchase whose order a unique index refused: the
-// order of the same idempotency key if there is one (the first request
-// succeeded, and its Redis record was lost: expired, flushed or failed
-// over), else already_purchased.
+// order of the same idempotency key if there is one and the same request
+// created it (the first request succeeded, and its Redis record was lost:
+// expired, flushed or failed over), 422 idempotency_key_reused if another
+// request did (the key sent again for another SKU), else
+// already_purchased.
 func (s *Service) duplicate(c *gin.Context, ctx context.Context, order Order, err error) {
 	if order.IdempotencyKey != nil {
 		var first Order
 		// A read, safe without the lock.
 		ferr := s.db.WithContext(context.WithoutCancel(ctx)).Where("idempotency_key = ?", *order.IdempotencyKey).Take(&first).Error
 		if ferr == nil {
+			if first.IdempotencyFP == nil || order.IdempotencyFP == nil || *first.IdempotencyFP != *order.IdempotencyFP {
+				guard.AbortKeyReused(c)
+				return
+			}
 			c.Header(guard.ReplayedHeader, "true")
 			c.JSON(http.StatusCreated, first)
 			return

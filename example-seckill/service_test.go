@@ -399,3 +399,48 @@ func TestService_ConcurrentCreationsOfNewProductsAllSucceed(t *testing.T) {
 		})
 	}
 }
+
+// TestService_KeyReusedOnAnotherSKUIs422: an Idempotency-Key names one
+// purchase; sent again for another SKU it is refused, by the Redis record
+// and, once that is lost, by the order's stored identity — never answered
+// with the first SKU's order, and nothing is bought. On MariaDB.
+func TestService_KeyReusedOnAnotherSKUIs422(t *testing.T) {
+	t.Parallel()
+	b, rs := realServers(t)
+	ins, db := cluster(t, b, testConfig(t, ModeGuard), 2)
+	putProduct(t, ins[0], "sku-a", 5)
+	putProduct(t, ins[0], "sku-b", 5)
+	first := buyAt(t, ins[0], "sku-a", "u1", "k1")
+	if first.status != http.StatusCreated {
+		t.Fatalf("first purchase: %v", first)
+	}
+	check := func(when string) {
+		t.Helper()
+		if a := buyAt(t, ins[1], "sku-b", "u1", "k1"); a.status != http.StatusUnprocessableEntity || a.code() != "idempotency_key_reused" {
+			t.Errorf("%s: sku-a's key on sku-b: %v, want 422 idempotency_key_reused", when, a)
+		}
+		if left, n := stockOf(t, db, "sku-b"), len(ordersOf(t, db, "sku-b")); left != 5 || n != 0 {
+			t.Errorf("%s: sku-b has stock %d and %d orders, want 5 and 0", when, left, n)
+		}
+	}
+	check("with the Redis record")
+
+	ctx := context.Background()
+	rdb := rs.Client()
+	defer rdb.Close()
+	keys, err := rdb.Keys(ctx, "seckillguard:idem:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("idempotency keys %v, %v", keys, err)
+	}
+	rdb.Del(ctx, keys...) // the record is lost: the database is the backstop
+	check("with the record lost")
+	if a := buyAt(t, ins[1], "sku-a", "u1", "k1"); a.status != http.StatusCreated || a.order(t).ID != first.order(t).ID {
+		t.Errorf("the key's own retry after the loss: %v, want the first order %v", a, first)
+	}
+	if a := buyAt(t, ins[0], "sku-b", "u1", "k1"); a.status != http.StatusUnprocessableEntity {
+		t.Errorf("sku-b again after the retry: %v, want 422", a)
+	}
+	if left, n := stockOf(t, db, "sku-a"), len(ordersOf(t, db, "sku-a")); left != 4 || n != 1 {
+		t.Errorf("sku-a has stock %d and %d orders, want 4 and 1", left, n)
+	}
+}

@@ -9,13 +9,19 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/gin-gonic/gin"
 )
 
-// A Fingerprint says what of a request decides that two requests with the
-// same idempotency key are "the same request". The method and the route
-// template always count.
+// A Fingerprint says what of a request's body decides that two requests
+// with the same idempotency key are "the same request". The rest of the
+// request's identity always counts: its method, route template, path
+// parameters, query (parameters in any order of names and any escaping,
+// each name's values in their order) and the media type of its
+// Content-Type.
 type Fingerprint struct {
 	mode   fingerprintMode
 	fields []string
@@ -58,13 +64,29 @@ func FingerprintFields(paths ...string) Fingerprint {
 // errNotJSON is the refusal of a body that a JSON fingerprint cannot read.
 var errNotJSON = errors.New("guard: the body is not JSON")
 
-// sum returns the fingerprint of a request.
-func (f Fingerprint) sum(method, route, contentType string, body []byte) (string, error) {
+// sum returns the fingerprint of a request's identity: its method, route
+// template, path parameters, query, media type and body (as the mode reads
+// it). Every part is length-prefixed, so that no two identities run into
+// one another.
+func (f Fingerprint) sum(c *gin.Context, route string, body []byte) (string, error) {
 	h := sha256.New()
-	io.WriteString(h, method)
-	h.Write([]byte{0})
-	io.WriteString(h, route)
-	h.Write([]byte{0})
+	var num [20]byte
+	part := func(s string) {
+		h.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
+		h.Write([]byte{':'})
+		io.WriteString(h, s)
+	}
+	req := c.Request
+	part(req.Method)
+	part(route)
+	part(strconv.Itoa(len(c.Params)))
+	for _, p := range c.Params {
+		part(p.Key)
+		part(p.Value)
+	}
+	part(canonicalQuery(req.URL.RawQuery))
+	contentType := req.Header.Get("Content-Type")
+	part(mediaType(contentType))
 	mode := f.mode
 	if mode == fpAuto {
 		mode = fpRaw
@@ -74,8 +96,10 @@ func (f Fingerprint) sum(method, route, contentType string, body []byte) (string
 	}
 	switch mode {
 	case fpRaw:
+		h.Write([]byte{'r'})
 		h.Write(body)
 	case fpJSON, fpFields:
+		h.Write([]byte{'j'})
 		v, err := decodeJSON(body)
 		if err != nil {
 			return "", err
@@ -94,6 +118,36 @@ func (f Fingerprint) sum(method, route, contentType string, body []byte) (string
 		h.Write(canonical)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// canonicalQuery returns the query as a handler reads it: the same
+// parameters with the same values in the same order give the same text,
+// however they were escaped and in whatever order the names came. A query
+// that url.ParseQuery refuses in part (gin would drop those pairs) counts
+// byte for byte.
+func canonicalQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	v, err := url.ParseQuery(raw)
+	if err != nil {
+		return "\x00" + raw
+	}
+	return v.Encode() // names sorted, each name's values in their order
+}
+
+// mediaType returns the media type of a Content-Type, in lower case and
+// without parameters (charset and the like), or the header as sent when it
+// does not parse.
+func mediaType(contentType string) string {
+	if contentType == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return "\x00" + contentType
+	}
+	return mt
 }
 
 func isJSON(contentType string) bool {

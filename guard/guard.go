@@ -119,6 +119,7 @@ func Idempotent(opts ...RouteOption) gin.HandlerFunc {
 const (
 	lockKeyName      = "seckillguard.lock.key"
 	idemKeyName      = "seckillguard.idempotency.record"
+	idemFPName       = "seckillguard.idempotency.fingerprint"
 	unrepeatableName = "seckillguard.lock.lost" // the lock was lost or a write was stale: do not replay the answer
 	frameworkName    = "seckillguard.answered"  // the framework answered, not the handler: store nothing
 )

@@ -200,7 +200,7 @@ func (g *Guard) idempotentStep(r route) step {
 			g.reject(c, method, routeName, err)
 			return
 		}
-		fp, err := ic.fingerprint.sum(method, routeName, c.GetHeader("Content-Type"), body)
+		fp, err := ic.fingerprint.sum(c, routeName, body)
 		if err != nil {
 			g.metrics.rejected.WithLabelValues(method, routeName, "bad_body").Inc()
 			ginmw.Abort(c, http.StatusBadRequest, "bad_body", ginmw.Extra("detail", err.Error()))
@@ -209,6 +209,7 @@ func (g *Guard) idempotentStep(r route) step {
 		id := recordID(method, routeName, scope, key)
 		recKey := recordPrefix + "{" + id + "}:r"
 		c.Set(idemKeyName, id)
+		c.Set(idemFPName, fp)
 
 		// One round trip for a replay.
 		raw, err := g.rdb.Get(c.Request.Context(), recKey).Result()
@@ -456,6 +457,28 @@ func IdempotencyRecord(c *gin.Context) (string, bool) {
 	v, ok := c.Get(idemKeyName)
 	s, _ := v.(string)
 	return s, ok && s != ""
+}
+
+// IdempotencyFingerprint returns the fingerprint of the request's identity
+// (method, route template, path parameters, query, media type and body, as
+// the route's Fingerprint reads them) that its idempotency record is
+// compared with: 64 hexadecimal characters. Store it beside
+// IdempotencyRecord: a row found by the record id whose fingerprint differs
+// was created by another request with the same key, and must be answered
+// with AbortKeyReused, not replayed.
+func IdempotencyFingerprint(c *gin.Context) (string, bool) {
+	v, ok := c.Get(idemFPName)
+	s, _ := v.(string)
+	return s, ok && s != ""
+}
+
+// AbortKeyReused answers 422 idempotency_key_reused, as the Idempotent
+// middleware does, for a handler whose database backstop found the key used
+// by a request of another identity (see IdempotencyFingerprint). The answer
+// is not stored: the key's record stays free for the request it belongs to.
+func AbortKeyReused(c *gin.Context) {
+	answeredByFramework(c)
+	ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
 }
 
 // record is a completed idempotent response as stored in Redis.

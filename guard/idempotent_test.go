@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -490,5 +491,58 @@ func TestIdempotent_FrameworkAnswersAreNotStored(t *testing.T) {
 	r := do(t, "POST", in.srv.URL+"/path/1", `{}`, "Idempotency-Key", "k-gone")
 	if r.status != 201 || r.header.Get(guard.ReplayedHeader) != "" || runs.Load() != before+1 {
 		t.Fatalf("retry after the client went away: %d %s %v, want the handler to run", r.status, r.body, r.header)
+	}
+}
+
+// A request's identity is its method, route template, path parameters,
+// query, media type and body: the same key with any of them changed is
+// another request, answered 422, and the handler does not run.
+func TestIdempotent_KeyReusedWithAnotherIdentityIs422(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", g.Idempotent(guard.Unscoped()), p.pay)
+	})
+	send := func(path, ctype, body, key string) reply {
+		req, _ := http.NewRequest("POST", in.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var buf strings.Builder
+		_, _ = io.Copy(&buf, resp.Body)
+		return reply{status: resp.StatusCode, header: resp.Header, body: []byte(buf.String())}
+	}
+	const js = "application/json"
+	for _, tc := range []struct{ name, path, ctype, body string }{
+		{"another path parameter", "/buy/sku-2?n=1", js, `{"n":1}`},
+		{"another query", "/buy/sku-1?n=2", js, `{"n":1}`},
+		{"another query value order", "/buy/sku-1?n=1&n=2", js, `{"n":1}`},
+		{"another media type", "/buy/sku-1?n=1", "text/plain", `{"n":1}`},
+		{"another body", "/buy/sku-1?n=1", js, `{"n":2}`},
+	} {
+		key := "k-" + strings.ReplaceAll(tc.name, " ", "-")
+		if r := send("/buy/sku-1?n=1", js, `{"n":1}`, key); r.status != 201 {
+			t.Fatalf("%s: first: %d %s", tc.name, r.status, r.body)
+		}
+		before := p.runs.Load()
+		if r := send(tc.path, tc.ctype, tc.body, key); r.status != 422 || r.errorCode() != "idempotency_key_reused" || p.runs.Load() != before {
+			t.Errorf("%s: %d %s (handler runs %d -> %d), want 422 idempotency_key_reused", tc.name, r.status, r.body, before, p.runs.Load())
+		}
+	}
+	// What does not change the request does not change its identity.
+	if r := send("/buy/sku-1?n=1", js, `{"n":1}`, "k-same"); r.status != 201 {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	for _, tc := range []struct{ path, ctype, body string }{
+		{"/buy/sku-1?n=1", "application/json; charset=utf-8", ` { "n" : 1 } `},
+		{"/buy/sku-1?%6E=%31", "Application/JSON", `{"n":1}`},
+	} {
+		if r := send(tc.path, tc.ctype, tc.body, "k-same"); r.status != 201 || r.header.Get(guard.ReplayedHeader) != "true" {
+			t.Errorf("%s %s %s: %d %s, want the first answer replayed", tc.path, tc.ctype, tc.body, r.status, r.body)
+		}
 	}
 }

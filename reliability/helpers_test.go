@@ -64,6 +64,17 @@ func closeDB(t testing.TB, db *gorm.DB) {
 }
 
 // finalValues reads every register.
+// check runs the history checker on rec against the registers' final values
+// and fences (so that a refused write the database applied is caught).
+func check(t testing.TB, rec *history.Recorder, db *gorm.DB, opts ...history.Option) history.Report {
+	t.Helper()
+	fences, err := faults.RegisterFences(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return history.Check(rec.History(), finalValues(t, db), append([]history.Option{history.Fences(fences)}, opts...)...)
+}
+
 func finalValues(t testing.TB, db *gorm.DB) map[string]int64 {
 	t.Helper()
 	v, err := faults.RegisterValues(db)
@@ -107,10 +118,10 @@ type section struct {
 // Lock returned.
 func enter(rec *history.Recorder, owner, key string, ctx context.Context) *section {
 	tok, _ := fencing.FromContext(ctx)
-	s := &section{rec: rec, ctx: ctx, hold: history.Hold{Key: key, Owner: owner, Token: int64(tok), Enter: time.Now()}}
+	s := &section{rec: rec, ctx: ctx, hold: history.Hold{Key: key, Owner: owner, Token: int64(tok), Enter: history.Now()}}
 	s.stop = context.AfterFunc(ctx, func() {
 		if errors.Is(context.Cause(ctx), lock.ErrLost) {
-			s.lostAt.Store(time.Now().UnixNano())
+			s.lostAt.Store(history.Now().UnixNano())
 		}
 	})
 	return s
@@ -121,7 +132,7 @@ func (s *section) Token() int64 { return s.hold.Token }
 
 // Read reads the register under the lock.
 func (s *section) Read(db *gorm.DB) error {
-	start := time.Now()
+	start := history.Now()
 	v, err := faults.ReadRegister(s.ctx, db, s.hold.Key)
 	if err != nil {
 		return err
@@ -134,9 +145,9 @@ func (s *section) Read(db *gorm.DB) error {
 // and records the outcome.
 func (s *section) Write(db *gorm.DB, fenced bool) (history.Write, error) {
 	w := history.Write{Key: s.hold.Key, Owner: s.hold.Owner, Token: s.hold.Token,
-		Read: s.read, ReadAt: s.readAt, Value: s.read + 1, Start: time.Now()}
+		Read: s.read, ReadAt: s.readAt, Value: s.read + 1, Start: history.Now()}
 	err := faults.WriteRegister(s.ctx, db, s.hold.Key, w.Value, fenced)
-	w.End = time.Now()
+	w.End = history.Now()
 	w.Accepted = err == nil
 	if err != nil {
 		w.Err = err.Error()
@@ -147,7 +158,7 @@ func (s *section) Write(db *gorm.DB, fenced bool) (history.Write, error) {
 
 // Leave records the end of the critical section; call it before Unlock.
 func (s *section) Leave() history.Hold {
-	s.hold.Leave = time.Now()
+	s.hold.Leave = history.Now()
 	s.stop()
 	if ns := s.lostAt.Load(); ns != 0 {
 		s.hold.LostAt = time.Unix(0, ns)

@@ -158,7 +158,7 @@ func TestNetwork_LatencyAndResetsKeepExclusion(t *testing.T) {
 		unlockErrs += w.unlockErrs.Load()
 		resets += w.proxy.Stats().Resets
 	}
-	r := history.Check(rec.History(), finalValues(t, db))
+	r := check(t, rec, db)
 	t.Logf("%d holds, %d busy, %d failed acquisitions, %d failed unlocks, %d connection resets; %s",
 		holds, busy, failed, unlockErrs, resets, r)
 	if !r.OK() {

@@ -37,12 +37,12 @@ func partitioned(t *testing.T, key string) (a, b *section, bIn, aTold time.Durat
 	time.Sleep(watchdog / 2) // a renewal or so has gone through
 	p.SetBlackhole(true)
 	t.Cleanup(func() { p.SetBlackhole(false) })
-	cut := time.Now()
+	cut := history.Now()
 	bctx, err := bc.Mutex(key).TryLock(context.Background(), 10*time.Second)
 	if err != nil {
 		t.Fatalf("b never got the lock of the cut-off holder: %v", err)
 	}
-	bIn = time.Since(cut)
+	bIn = history.Now().Sub(cut)
 	b = enter(rec, "b", key, bctx)
 	select {
 	case <-actx.Done():
@@ -75,13 +75,13 @@ func TestPartition_CutOffHolderIsToldAndFencedOff(t *testing.T) {
 	if err := a.Read(db); err == nil {
 		t.Fatal("a read under a lock context that says lost succeeded")
 	}
-	a.readAt = time.Now()
+	a.readAt = history.Now()
 	if w, err := a.Write(db, true); w.Accepted || !errors.Is(err, fencing.ErrStale) {
 		t.Fatalf("the cut-off holder's write: %v, want refused as stale", err)
 	}
 	a.Leave()
 	b.Leave()
-	r := history.Check(a.rec.History(), finalValues(t, db))
+	r := check(t, a.rec, db)
 	t.Logf("%s", r)
 	if !r.OK() {
 		t.Fatalf("history: %s", r)

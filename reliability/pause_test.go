@@ -77,7 +77,7 @@ func pauseHolder(t *testing.T, o faults.HolderOptions) pauseRun {
 	// pause carries on where it stopped.
 	from := a.Len()
 	a.Send("write %s", key)
-	woke := time.Now()
+	woke := history.Now()
 	a.Cont()
 	line, _ := a.AwaitFrom(from, 10*time.Second, "the late write", func(l []byte) bool {
 		return faults.Event[faults.HolderEvent](t, l).Ev == "write"
@@ -90,7 +90,7 @@ func pauseHolder(t *testing.T, o faults.HolderOptions) pauseRun {
 	a.Wait(10 * time.Second)
 
 	a.Record(rec)
-	run.report = history.Check(rec.History(), finalValues(t, db))
+	run.report = check(t, rec, db)
 	t.Logf("a held token %d, b %d; a told of its loss %v after waking; %s", locked.Token, s.Token(), run.noticeIn, run.report)
 	return run
 }

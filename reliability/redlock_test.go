@@ -78,7 +78,7 @@ func TestRedLock_RestartedNodeLetsASecondMajorityInAndTheFenceHolds(t *testing.T
 	eventually(t, time.Second, "a's loss recorded", func() bool { return a.lostAt.Load() != 0 })
 	b.Leave()
 	a.Leave()
-	r := history.Check(rec.History(), finalValues(t, db))
+	r := check(t, rec, db)
 	t.Logf("%s", r)
 	if !r.OK() {
 		t.Fatalf("history: %s", r)

@@ -108,7 +108,7 @@ func TestRestart_HoldersLearnWithinARenewalAndWaitersRecover(t *testing.T) {
 	})
 
 	srv.Restart()
-	up := time.Now()
+	up := history.Now()
 
 	for i, h := range holders {
 		select {
@@ -147,14 +147,14 @@ func TestRestart_HoldersLearnWithinARenewalAndWaitersRecover(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("all waiters served %v after the restart", time.Since(up).Round(time.Millisecond))
+	t.Logf("all waiters served %v after the restart", history.Now().Sub(up).Round(time.Millisecond))
 
 	for _, c := range clients {
 		if err := c.Close(); err != nil {
 			t.Error(err)
 		}
 	}
-	r := history.Check(rec.History(), finalValues(t, db))
+	r := check(t, rec, db)
 	closeDB(t, db) // its connections are not the lock's to leak
 	t.Logf("%s", r)
 	if !r.OK() {

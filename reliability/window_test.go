@@ -59,7 +59,7 @@ func window(t *testing.T, claim bool) (history.Report, history.Write) {
 	if err := bc.Mutex(key).Unlock(bctx); err != nil {
 		t.Fatal(err)
 	}
-	r := history.Check(rec.History(), finalValues(t, db))
+	r := check(t, rec, db)
 	t.Logf("a's write: accepted %v %s; %s", aw.Accepted, aw.Err, r)
 	return r, aw
 }

@@ -12,7 +12,8 @@ import (
 const HolderPackage = "github.com/seckillguard/seckillguard/internal/faults/holder"
 
 // HolderEvent is one line the holder command writes: a step it took, or
-// the loss of a lock. Times are Unix nanoseconds of the holder's clock.
+// the loss of a lock. Times are nanoseconds of the host's monotonic clock
+// (history.Now), which the test process reads too.
 type HolderEvent struct {
 	Ev    string `json:"ev"` // ready, locked, read, write, lost, leave, unlocked, error
 	Key   string `json:"key,omitempty"`

@@ -117,3 +117,17 @@ func RegisterValues(db *gorm.DB) (map[string]int64, error) {
 	}
 	return out, nil
 }
+
+// RegisterFences returns the fence (the token that wrote it last) of every
+// register.
+func RegisterFences(db *gorm.DB) (map[string]int64, error) {
+	var rs []Register
+	if err := db.Find(&rs).Error; err != nil {
+		return nil, fmt.Errorf("faults: read registers: %w", err)
+	}
+	out := make(map[string]int64, len(rs))
+	for _, r := range rs {
+		out[r.Name] = int64(r.Fence.Token())
+	}
+	return out, nil
+}

@@ -33,7 +33,38 @@ const (
 	NotLinearizable Kind = "not-linearizable"
 	// FinalState: the resource's final value is not the last accepted write's.
 	FinalState Kind = "final-state"
+	// LateNotice: a holder was told of its loss more than the tolerance
+	// (NoticeWithin) after another hold of the key had entered.
+	LateNotice Kind = "late-notice"
+	// WriteWithoutHold: an accepted write whose owner held no lock with its
+	// token, or that was sent after that hold had left.
+	WriteWithoutHold Kind = "write-without-hold"
+	// RefusedApplied: a write reported refused whose effect is visible
+	// afterwards — the resource's final fence is its token and its final
+	// value the write's, and no accepted write carried that token.
+	RefusedApplied Kind = "refused-applied"
 )
+
+// DefaultNoticeTolerance is how late, after another hold of the key entered,
+// a holder may be told of its loss before Check reports LateNotice, unless
+// NoticeWithin says otherwise. A scenario that freezes a holder for longer
+// sets its own.
+const DefaultNoticeTolerance = time.Second
+
+// An Option tunes Check.
+type Option func(*config)
+
+type config struct {
+	notice time.Duration
+	fences map[string]int64
+}
+
+// NoticeWithin sets the LateNotice tolerance; default DefaultNoticeTolerance.
+func NoticeWithin(d time.Duration) Option { return func(c *config) { c.notice = d } }
+
+// Fences gives the resource's final fence (the token that wrote it last)
+// per key, for the RefusedApplied check; without it that check is left out.
+func Fences(final map[string]int64) Option { return func(c *config) { c.fences = final } }
 
 // An Anomaly is one violation of a guarantee.
 type Anomaly struct {
@@ -48,13 +79,15 @@ func (a Anomaly) String() string { return fmt.Sprintf("%s on %q: %s", a.Kind, a.
 type Report struct {
 	Anomalies []Anomaly
 	Summary   Summary
-	// Unprotected is the longest time another hold was inside a critical
-	// section while a holder that had not yet been told of its loss was
-	// still in its own: the window that only the fence covers. Zero when
-	// no holds overlapped.
+	// Unprotected is the longest time a holder went on in its critical
+	// section, not yet told of its loss, after another hold of the key had
+	// entered (until it was told, however long the other hold lasted): the
+	// window that only the fence covers. Zero when no holds overlapped.
 	Unprotected time.Duration
 	// LinearizabilityUnknown is set when porcupine ran out of time.
 	LinearizabilityUnknown bool
+
+	notice time.Duration
 }
 
 // OK reports whether no anomaly was found.
@@ -77,7 +110,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "%d holds (%d announced lost), %d writes (%d accepted, %d rejected, %d of them from lost holds)",
 		s.Holds, s.LostHolds, s.Writes, s.Accepted, s.Rejected, s.RejectedOfLost)
 	if r.Unprotected > 0 {
-		fmt.Fprintf(&b, "; overlapping holds for up to %v", r.Unprotected)
+		fmt.Fprintf(&b, "; a holder told of its loss up to %v after another entered", r.Unprotected)
 	}
 	per := make(map[Kind]int)
 	for _, a := range r.Anomalies {
@@ -98,8 +131,12 @@ func (r Report) String() string {
 // Check checks h against the guarantees listed in the package
 // documentation. final holds the resource's value per key after the run;
 // with a nil final the final-state check is left out.
-func Check(h History, final map[string]int64) Report {
-	r := Report{Summary: h.Summarize()}
+func Check(h History, final map[string]int64, opts ...Option) Report {
+	cfg := config{notice: DefaultNoticeTolerance}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r := Report{Summary: h.Summarize(), notice: cfg.notice}
 	holds := make(map[string][]Hold)
 	for _, x := range h.Holds {
 		holds[x.Key] = append(holds[x.Key], x)
@@ -116,6 +153,9 @@ func Check(h History, final map[string]int64) Report {
 			if got, ok := final[key]; !ok || got != last {
 				r.add(FinalState, key, "the database holds %d (present %v), the replay of the accepted writes gives %d", got, ok, last)
 			}
+		}
+		if fence, ok := cfg.fences[key]; ok && final != nil {
+			r.checkRefused(key, writes[key], final[key], fence)
 		}
 	}
 	bad, unknown := linearizable(h.Writes, h.Initial)
@@ -147,9 +187,14 @@ func (r *Report) checkHolds(key string, hs []Hold) {
 					b.Owner, b.Token, stamp(b.Enter), a.Owner, a.Token, stamp(a.Enter), stamp(a.Leave))
 				continue
 			}
-			// Announced, but only the fence covered the time until then.
-			if until := minTime(a.LostAt, b.end()); until.After(b.Enter) {
-				r.Unprotected = max(r.Unprotected, until.Sub(b.Enter))
+			// Announced, but only the fence covered the time until then,
+			// however soon b left: a went on believing it held the lock.
+			if late := a.LostAt.Sub(b.Enter); late > 0 {
+				r.Unprotected = max(r.Unprotected, late)
+				if late > r.notice {
+					r.add(LateNotice, key, "%s (token %d) was told at %s that it lost the lock, %v after %s (token %d) entered at %s; tolerance %v",
+						a.Owner, a.Token, stamp(a.LostAt), late, b.Owner, b.Token, stamp(b.Enter), r.notice)
+				}
 			}
 		}
 	}
@@ -163,12 +208,24 @@ func (r *Report) checkWrites(key string, hs []Hold, ws []Write) {
 			lostAt[holdRef{x.Key, x.Owner, x.Token}] = x.LostAt
 		}
 	}
+	held := make(map[holdRef]Hold)
+	for _, x := range hs {
+		held[holdRef{x.Key, x.Owner, x.Token}] = x
+	}
 	var accepted []Write
 	for _, w := range ws {
 		if !w.Accepted {
 			continue
 		}
 		accepted = append(accepted, w)
+		switch x, ok := held[holdRef{w.Key, w.Owner, w.Token}]; {
+		case !ok:
+			r.add(WriteWithoutHold, key, "%s's write with token %d, sent at %s, was accepted, and %s held no lock with that token",
+				w.Owner, w.Token, stamp(w.Start), w.Owner)
+		case w.Start.After(x.end()):
+			r.add(WriteWithoutHold, key, "%s's write with token %d, sent at %s, was accepted after its hold had left at %s",
+				w.Owner, w.Token, stamp(w.Start), stamp(x.Leave))
+		}
 		if at, ok := lostAt[holdRef{w.Key, w.Owner, w.Token}]; ok && !w.Start.Before(at) {
 			r.add(WriteAfterLoss, key, "%s (token %d) was told at %s that it lost the lock, and its write sent at %s was accepted",
 				w.Owner, w.Token, stamp(at), stamp(w.Start))
@@ -190,6 +247,28 @@ func (r *Report) checkWrites(key string, hs []Hold, ws []Write) {
 		if newest.Token > w.Token {
 			r.add(OvertakenWrite, key, "%s's write with token %d, sent at %s, was accepted after %s's write with token %d had been (at %s)",
 				w.Owner, w.Token, stamp(w.Start), newest.Owner, newest.Token, stamp(newest.End))
+		}
+	}
+}
+
+// checkRefused reports the refused writes whose effect the resource shows:
+// its final fence is their token and its final value theirs, which no
+// accepted write explains.
+func (r *Report) checkRefused(key string, ws []Write, value, fence int64) {
+	for _, w := range ws {
+		if w.Accepted || w.Token != fence || w.Value != value {
+			continue
+		}
+		explained := false
+		for _, o := range ws {
+			if o.Accepted && o.Token == w.Token {
+				explained = true
+				break
+			}
+		}
+		if !explained {
+			r.add(RefusedApplied, key, "%s's write of %d with token %d was reported refused (%s), and the resource holds %d written by token %d",
+				w.Owner, w.Value, w.Token, w.Err, value, fence)
 		}
 	}
 }
@@ -225,11 +304,4 @@ func stamp(t time.Time) string {
 		return "never"
 	}
 	return t.Format("15:04:05.000000")
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

@@ -133,8 +133,8 @@ func TestCheck_FencedPauseIsClean(t *testing.T) {
 	if !r.OK() {
 		t.Fatalf("fenced pause reported:\n%s", r)
 	}
-	if r.Unprotected != 10*time.Millisecond {
-		t.Fatalf("unprotected %v, want b's whole hold (10ms)", r.Unprotected)
+	if r.Unprotected != 25*time.Millisecond {
+		t.Fatalf("unprotected %v, want 25ms: from b's entry until a was told, although b left after 10ms", r.Unprotected)
 	}
 }
 
@@ -160,7 +160,88 @@ func TestCheck_ConcurrentAcceptedIncrementsAreNotLinearizable(t *testing.T) {
 	// but which both read 0: no lock was involved at all.
 	a, b := hold("a", 10, 0, 10), hold("b", 11, 0, 10)
 	h := History{Writes: []Write{write(a, 0, 1, 2, 3, true), write(b, 0, 1, 4, 5, true)}}
-	wantOnly(t, Check(h, nil), LostUpdate, NotLinearizable)
+	wantOnly(t, Check(h, nil), LostUpdate, NotLinearizable, WriteWithoutHold)
+}
+
+func TestCheck_LateNoticeIsReportedHoweverSoonTheOtherLeft(t *testing.T) {
+	// a is frozen inside; b enters at 10 and leaves at 30; a is told only
+	// five seconds after b entered.
+	a, b := hold("a", 10, 0, 6000), hold("b", 20, 10, 30)
+	a.LostAt = at(5010)
+	h := History{Holds: []Hold{a, b}}
+	r := Check(h, nil)
+	wantOnly(t, r, LateNotice)
+	if r.Unprotected != 5*time.Second {
+		t.Fatalf("unprotected %v, want 5s (a was told 5s after b entered), not b's 20ms hold", r.Unprotected)
+	}
+	if !strings.Contains(r.String(), "5s after b (token 20) entered") {
+		t.Errorf("report does not say how late:\n%s", r)
+	}
+	// Within a tolerance the scenario sets (a pause it caused itself).
+	if r := Check(h, nil, NoticeWithin(6*time.Second)); !r.OK() {
+		t.Fatalf("notice within the tolerance reported:\n%s", r)
+	}
+	// Told 20ms after b entered: within the default.
+	h.Holds[0].LostAt = at(30)
+	if r := Check(h, nil); !r.OK() || r.Unprotected != 20*time.Millisecond {
+		t.Fatalf("prompt notice reported (unprotected %v):\n%s", r.Unprotected, r)
+	}
+}
+
+func TestCheck_AcceptedWriteWithoutAHoldIsReported(t *testing.T) {
+	h := sequential()
+	ghost := hold("ghost", 16, 0, 0)
+	h.Writes = append(h.Writes, write(ghost, 3, 31, 32, 33, true)) // nobody recorded a hold of "ghost"
+	wantOnly(t, Check(h, map[string]int64{"k": 4}), WriteWithoutHold)
+
+	// A write under a real owner but another token is no better.
+	h = sequential()
+	h.Writes[1].Token = 99
+	r := Check(h, map[string]int64{"k": 3})
+	if !r.Has(WriteWithoutHold) {
+		t.Fatalf("write with a token its owner never held not reported:\n%s", r)
+	}
+}
+
+func TestCheck_AcceptedWriteAfterItsHoldLeftIsReported(t *testing.T) {
+	h := sequential()
+	c := h.Holds[0] // leaves at 30
+	h.Writes = append(h.Writes, write(c, 3, 31, 32, 33, true))
+	r := Check(h, map[string]int64{"k": 4})
+	wantOnly(t, r, WriteWithoutHold)
+	if !strings.Contains(r.String(), "after its hold had left") {
+		t.Fatalf("report does not say the hold had left:\n%s", r)
+	}
+	// The same write refused is fine.
+	h.Writes[3] = write(c, 3, 31, 32, 33, false)
+	if r := Check(h, map[string]int64{"k": 3}); !r.OK() {
+		t.Fatalf("refused late write reported:\n%s", r)
+	}
+}
+
+func TestCheck_RefusedWriteWhoseEffectIsVisibleIsReported(t *testing.T) {
+	// b's write was reported refused (the error said stale), but the row
+	// holds its value and token: it was applied.
+	a, b := hold("a", 10, 0, 10), hold("b", 11, 11, 20)
+	h := History{
+		Holds:   []Hold{a, b},
+		Writes:  []Write{write(a, 0, 1, 2, 3, true), write(b, 1, 12, 13, 14, false)},
+		Initial: map[string]int64{"k": 0},
+	}
+	r := Check(h, map[string]int64{"k": 2}, Fences(map[string]int64{"k": 11}))
+	wantOnly(t, r, RefusedApplied, FinalState)
+	if !strings.Contains(r.String(), "b's write of 2 with token 11 was reported refused") {
+		t.Errorf("report does not name the write:\n%s", r)
+	}
+	// The row shows a's write: b's refusal was true.
+	if r := Check(h, map[string]int64{"k": 1}, Fences(map[string]int64{"k": 10})); !r.OK() {
+		t.Fatalf("true refusal reported:\n%s", r)
+	}
+	// b claimed the row (fence 11) and its write was refused: the value
+	// says the write did not land.
+	if r := Check(h, map[string]int64{"k": 1}, Fences(map[string]int64{"k": 11})); !r.OK() {
+		t.Fatalf("claimed row with a refused write reported:\n%s", r)
+	}
 }
 
 func TestCheck_KeysAreCheckedApart(t *testing.T) {

@@ -19,7 +19,16 @@
 //     which each write read the value the previous one wrote;
 //   - linearizability: the accepted read-modify-writes are linearizable as
 //     operations on a register (checked with porcupine);
-//   - final state: the resource's final value is the last accepted write's.
+//   - final state: the resource's final value is the last accepted write's;
+//   - late notice: a holder is told of its loss within a tolerance after
+//     another hold entered (NoticeWithin);
+//   - writes under a hold: an accepted write's owner held the lock with the
+//     write's token and had not left;
+//   - refused means not applied: no write reported refused is visible in
+//     the resource's final value and fence (Fences).
+//
+// Record every time with Now, the host's monotonic clock: a wall-clock step
+// during a run then cannot reorder the events, also across processes.
 //
 // A Recorder collects a history from any number of goroutines; events that
 // other processes report are added to it the same way.

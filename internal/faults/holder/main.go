@@ -36,6 +36,7 @@ import (
 
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/internal/faults"
+	"github.com/seckillguard/seckillguard/internal/history"
 	"github.com/seckillguard/seckillguard/lock"
 )
 
@@ -95,7 +96,9 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func now() int64 { return time.Now().UnixNano() }
+// now reads the host's monotonic clock, which the test process reads too
+// (history.Now), so that the two order events alike.
+func now() int64 { return history.Now().UnixNano() }
 
 type holder struct {
 	mu  sync.Mutex // serialises output lines

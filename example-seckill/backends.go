@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -195,17 +196,23 @@ func closeDB(db *gorm.DB) {
 // ping checks that both servers answer.
 func ping(ctx context.Context, rdb redis.UniversalClient, db *gorm.DB) error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return fmt.Errorf("%w: %w", errRedisDown, err)
 	}
 	sqlDB, err := db.DB()
 	if err == nil {
 		err = sqlDB.PingContext(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("database: %w", err)
+		return fmt.Errorf("%w: %w", errDatabaseDown, err)
 	}
 	return nil
 }
+
+// What ping reports first, before the driver's error.
+var (
+	errRedisDown    = errors.New("redis unreachable")
+	errDatabaseDown = errors.New("database unreachable")
+)
 
 // hostPort formats an address for a URL.
 func hostPort(addr net.Addr) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ type demoConfig struct {
 	repeat      float64
 	modes       []Mode
 	verbose     bool
+	json        bool // the results as one JSON document on stdout, for scripts
 	knobs
 }
 
@@ -50,9 +52,16 @@ func demo(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	defer b.Close()
 	b.Quiet()
-	results, err := runDemo(ctx, dc, b, pol, stdout, stderr)
+	info := stdout
+	if dc.json {
+		info = stderr // stdout carries the JSON document only
+	}
+	results, err := runDemo(ctx, dc, b, pol, info, stderr)
 	if err != nil {
 		return err
+	}
+	if dc.json {
+		return printJSON(stdout, dc, b, results)
 	}
 	printTable(stdout, results)
 	return nil
@@ -74,6 +83,7 @@ func parseDemo(args []string, stderr io.Writer) (*demoConfig, error) {
 	fs.Float64Var(&dc.repeat, "repeat", 0.2, "fraction of buyers who click twice (two requests at once, one Idempotency-Key)")
 	modes := fs.String("modes", "none,local,guard,guard-lease", "the sales to run, in order")
 	fs.BoolVar(&dc.verbose, "v", false, "also print each mode's answers")
+	fs.BoolVar(&dc.json, "json", false, "print the results as one JSON document on stdout (the settings and progress go to stderr)")
 	dc.register(fs, knobs{holdDelay: 20 * time.Millisecond, holdRate: 0.2, watchdog: lock.DefaultWatchdogTimeout})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -139,10 +149,12 @@ func runDemo(ctx context.Context, dc *demoConfig, b *Backends, pol *guard.Polici
 	if err := migrate(ctx, admin); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "%d instances on loopback ports, each with its own Redis client, database pool and gin engine\n", dc.instances)
+	fmt.Fprintf(stdout, "%d instances on loopback ports, each with its own Redis client,\ndatabase pool and gin engine\n", dc.instances)
 	fmt.Fprintf(stdout, "Redis: %s\ndatabase: %s\n", b.Redis, b.Database)
-	fmt.Fprintf(stdout, "per sale: %d units, %d buyers (%.0f%% click twice), %d requests in flight; hold-delay %v in %.0f%% of purchases; guard-lease lease %v\n\n",
-		dc.stock, dc.buyers, dc.repeat*100, dc.concurrency, dc.holdDelay, dc.holdRate*100, dc.lease)
+	fmt.Fprintf(stdout, "per sale: %d units, %d buyers (%.0f%% click twice), %d requests in flight;\n",
+		dc.stock, dc.buyers, dc.repeat*100, dc.concurrency)
+	fmt.Fprintf(stdout, "hold-delay %v in %.0f%% of purchases; guard-lease lease %v\n\n",
+		dc.holdDelay, dc.holdRate*100, dc.lease)
 
 	run := make([]byte, 6)
 	_, _ = rand.Read(run)
@@ -292,26 +304,68 @@ func counterValue(reg *prometheus.Registry, name, label, value string) float64 {
 	return sum
 }
 
-// printTable prints the demo's one table and what its columns mean.
+// busy429 returns how many requests of the mode were answered 429.
+func (r modeResult) busy429() int {
+	n := 0
+	for answer, count := range r.answers {
+		if strings.HasPrefix(answer, "429") {
+			n += count
+		}
+	}
+	return n
+}
+
+// printTable prints the demo's two tables, what the database holds and
+// what the requests met, and what their columns mean, in 80 columns.
 func printTable(w io.Writer, results []modeResult) {
-	header := []string{"mode", "requests", "orders", "stock left", "oversold", "drift", "dup orders", "stale: lock lost", "stale: fence", "req/s", "p50", "p99"}
-	rows := [][]string{header}
+	db := [][]string{{"mode", "orders", "stock left", "oversold", "drift", "dup orders"}}
+	reqs := [][]string{{"mode", "requests", "busy 429", "lock lost", "fence", "req/s", "p50", "p99"}}
+	busy := 0
 	for _, r := range results {
 		lost, fence := "-", "-"
 		if r.mode.guarded() {
 			lost, fence = fmt.Sprint(int64(r.refusedLockLost)), fmt.Sprint(int64(r.refusedFence))
 		}
-		rps := 0.0
-		if r.elapsed > 0 {
-			rps = float64(r.requests) / r.elapsed.Seconds()
-		}
-		rows = append(rows, []string{
-			string(r.mode), fmt.Sprint(r.requests), fmt.Sprint(r.orders), fmt.Sprint(r.stockLeft),
-			fmt.Sprint(r.oversold()), fmt.Sprint(r.drift()), fmt.Sprint(r.duplicates), lost, fence,
-			fmt.Sprintf("%.0f", rps), formatLatency(r.p50), formatLatency(r.p99),
+		db = append(db, []string{
+			string(r.mode), fmt.Sprint(r.orders), fmt.Sprint(r.stockLeft),
+			fmt.Sprint(r.oversold()), fmt.Sprint(r.drift()), fmt.Sprint(r.duplicates),
 		})
+		reqs = append(reqs, []string{
+			string(r.mode), fmt.Sprint(r.requests), fmt.Sprint(r.busy429()), lost, fence,
+			fmt.Sprintf("%.0f", r.rps()), formatLatency(r.p50), formatLatency(r.p99),
+		})
+		busy += r.busy429()
 	}
-	widths := make([]int, len(header))
+	fmt.Fprintln(w, "In the database after each sale:")
+	printRows(w, db)
+	fmt.Fprintln(w, "oversold = orders beyond the stock; drift = stock - left - orders (negative:")
+	fmt.Fprintln(w, "units sold whose deduction was lost); dup orders = orders beyond one per buyer")
+	fmt.Fprintln(w, "(the unique index allows none).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The requests, and the stale writes the backstop refused:")
+	printRows(w, reqs)
+	fmt.Fprintln(w, "busy 429 = answered 429, the lock not acquired within the wait (the buyer asks")
+	fmt.Fprintln(w, "again). lock lost = writes refused before they were sent, the lock's context")
+	fmt.Fprintln(w, "cancelled when its lease ran out; fence = refused by the database, the row")
+	fmt.Fprintln(w, "carrying a newer token. req/s, p50, p99: measured by the buyers, retries")
+	fmt.Fprintln(w, "included.")
+	fmt.Fprintln(w)
+	if busy == 0 {
+		fmt.Fprintln(w, "No request was answered 429.")
+	} else {
+		fmt.Fprintf(w, "%d requests were answered 429 (busy) and asked again.\n", busy)
+	}
+	for _, r := range results {
+		if r.unsent > 0 {
+			fmt.Fprintf(w, "%s: %d clicks were not sent before -duration ran out.\n", r.mode, r.unsent)
+		}
+	}
+}
+
+// printRows prints rows as a table: the first column left-aligned, the
+// others right-aligned, two spaces apart.
+func printRows(w io.Writer, rows [][]string) {
+	widths := make([]int, len(rows[0]))
 	for _, row := range rows {
 		for i, cell := range row {
 			widths[i] = max(widths[i], len(cell))
@@ -328,18 +382,77 @@ func printTable(w io.Writer, results []modeResult) {
 		}
 		fmt.Fprintln(w, b.String())
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "orders, stock left and dup orders are read from the database after each sale.")
-	fmt.Fprintln(w, "oversold = orders beyond the initial stock; drift = initial - left - orders (negative: units sold whose deduction was lost);")
-	fmt.Fprintln(w, "dup orders = orders beyond one per buyer (the unique index allows none).")
-	fmt.Fprintln(w, "stale: writes refused by the backstop, counted by the instances: \"lock lost\" = refused before they were sent,")
-	fmt.Fprintln(w, "because the lock's context was cancelled when its lease ran out; \"fence\" = refused by the database, whose row")
-	fmt.Fprintln(w, "carried a newer token. req/s, p50 and p99 are measured by the buyers over all requests, retries included.")
-	for _, r := range results {
-		if r.unsent > 0 {
-			fmt.Fprintf(w, "%s: %d clicks were not sent before -duration ran out.\n", r.mode, r.unsent)
-		}
+}
+
+func (r modeResult) rps() float64 {
+	if r.elapsed <= 0 {
+		return 0
 	}
+	return float64(r.requests) / r.elapsed.Seconds()
+}
+
+// demoReport is the demo's -json document.
+type demoReport struct {
+	Instances   int          `json:"instances"`
+	Redis       string       `json:"redis"`
+	Database    string       `json:"database"`
+	Stock       int          `json:"stock"`
+	Buyers      int          `json:"buyers"`
+	Repeat      float64      `json:"repeat"`
+	Concurrency int          `json:"concurrency"`
+	HoldDelayMs float64      `json:"hold_delay_ms"`
+	HoldRate    float64      `json:"hold_rate"`
+	LeaseMs     float64      `json:"lease_ms"`
+	Answered429 int          `json:"answered_429"` // over every mode
+	Modes       []modeReport `json:"modes"`
+}
+
+// modeReport is one mode's results in the -json document. The stale
+// counts are null in the modes that take no lock.
+type modeReport struct {
+	Mode              string         `json:"mode"`
+	Requests          int            `json:"requests"`
+	Orders            int64          `json:"orders"`
+	StockLeft         int            `json:"stock_left"`
+	Oversold          int64          `json:"oversold"`
+	Drift             int64          `json:"drift"`
+	DuplicateOrders   int64          `json:"duplicate_orders"`
+	Answered429       int            `json:"answered_429"`
+	StaleLockLost     *int64         `json:"stale_refused_lock_lost"`
+	StaleFence        *int64         `json:"stale_refused_fence"`
+	LocksLost         int64          `json:"locks_lost"`
+	RequestsPerSecond float64        `json:"requests_per_second"`
+	P50Ms             float64        `json:"p50_ms"`
+	P99Ms             float64        `json:"p99_ms"`
+	Answers           map[string]int `json:"answers"`
+	Unsent            int            `json:"unsent"`
+}
+
+// printJSON writes the results as one JSON document.
+func printJSON(w io.Writer, dc *demoConfig, b *Backends, results []modeResult) error {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	rep := demoReport{
+		Instances: dc.instances, Redis: b.Redis, Database: b.Database, Stock: dc.stock, Buyers: dc.buyers,
+		Repeat: dc.repeat, Concurrency: dc.concurrency, HoldDelayMs: ms(dc.holdDelay), HoldRate: dc.holdRate,
+		LeaseMs: ms(dc.lease), Modes: []modeReport{},
+	}
+	for _, r := range results {
+		m := modeReport{
+			Mode: string(r.mode), Requests: r.requests, Orders: r.orders, StockLeft: r.stockLeft,
+			Oversold: r.oversold(), Drift: r.drift(), DuplicateOrders: r.duplicates, Answered429: r.busy429(),
+			LocksLost: int64(r.locksLost), RequestsPerSecond: r.rps(), P50Ms: ms(r.p50), P99Ms: ms(r.p99),
+			Answers: r.answers, Unsent: r.unsent,
+		}
+		if r.mode.guarded() {
+			lost, fence := int64(r.refusedLockLost), int64(r.refusedFence)
+			m.StaleLockLost, m.StaleFence = &lost, &fence
+		}
+		rep.Answered429 += m.Answered429
+		rep.Modes = append(rep.Modes, m)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
 }
 
 func formatLatency(d time.Duration) string {

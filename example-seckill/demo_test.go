@@ -3,54 +3,55 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/seckillguard/seckillguard/internal/testenv"
 )
 
-// row is one line of the demo's table.
+// row is one mode's results in the demo's -json document.
 type row struct {
 	mode                                    string
 	requests, orders, left, oversold, drift int
 	duplicates                              int
-	refusedLockLost, refusedFence           string
-	cells                                   []string
+	refusedLockLost, refusedFence           string // "-" in the modes without a lock
 }
 
-// runDemoCommand runs the demo command as main does and parses its table.
+// runDemoCommand runs the demo command with -json as main does and returns
+// its modes' results and the document.
 func runDemoCommand(t *testing.T, vars map[string]string, args ...string) (map[string]row, string) {
 	t.Helper()
-	var out bytes.Buffer
-	if err := run(context.Background(), append([]string{"demo"}, args...), env(vars), &out, io.Discard); err != nil {
-		t.Fatalf("demo: %v\n%s", err, out.String())
+	var out, info bytes.Buffer
+	if err := run(context.Background(), append([]string{"demo", "-json"}, args...), env(vars), &out, &info); err != nil {
+		t.Fatalf("demo: %v\n%s%s", err, info.String(), out.String())
+	}
+	var rep demoReport
+	dec := json.NewDecoder(&out)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil || dec.More() {
+		t.Fatalf("stdout is not one JSON document (%v):\n%s", err, out.String())
+	}
+	doc, _ := json.MarshalIndent(rep, "", "  ")
+	count := func(n *int64) string {
+		if n == nil {
+			return "-"
+		}
+		return strconv.FormatInt(*n, 10)
 	}
 	rows := make(map[string]row)
-	inTable := false
-	for _, line := range strings.Split(out.String(), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) > 0 && f[0] == "mode":
-			inTable = true
-		case inTable && len(f) == 12:
-			num := func(i int) int {
-				n, err := strconv.Atoi(f[i])
-				if err != nil {
-					t.Fatalf("column %d of %q: %v", i, line, err)
-				}
-				return n
-			}
-			rows[f[0]] = row{
-				mode: f[0], requests: num(1), orders: num(2), left: num(3), oversold: num(4), drift: num(5),
-				duplicates: num(6), refusedLockLost: f[7], refusedFence: f[8], cells: f,
-			}
-		case inTable:
-			inTable = false
+	for _, m := range rep.Modes {
+		rows[m.Mode] = row{
+			mode: m.Mode, requests: m.Requests, orders: int(m.Orders), left: m.StockLeft, oversold: int(m.Oversold),
+			drift: int(m.Drift), duplicates: int(m.DuplicateOrders),
+			refusedLockLost: count(m.StaleLockLost), refusedFence: count(m.StaleFence),
 		}
 	}
-	return rows, out.String()
+	return rows, info.String() + string(doc)
 }
 
 // wantCured checks the guard modes' invariants in a table row: nothing
@@ -176,5 +177,61 @@ func TestDemo_RefusesNonsense(t *testing.T) {
 	dc, err := parseDemo([]string{"-hold-delay", "40ms"}, io.Discard)
 	if err != nil || dc.lease != 20*1000*1000 {
 		t.Errorf("-lease left out: %v %v, want half of -hold-delay", dc, err)
+	}
+}
+
+// TestDemo_OutputFitsEightyColumns: the tables, their legends and the
+// progress line fit an 80-column terminal even with large numbers, and the
+// output says whether any request was answered 429.
+func TestDemo_OutputFitsEightyColumns(t *testing.T) {
+	t.Parallel()
+	results := []modeResult{
+		{mode: ModeNone, initial: 100, requests: 123456, orders: 99999, stockLeft: 99999, elapsed: time.Second, p50: 999 * time.Millisecond, p99: 12 * time.Second, answers: map[string]int{"201": 99999}},
+		{mode: ModeGuardLease, initial: 100, requests: 123456, orders: 100, duplicates: 99999, refusedLockLost: 99999, refusedFence: 99999,
+			elapsed: time.Millisecond, p50: 9 * time.Millisecond, p99: 999 * time.Millisecond, answers: map[string]int{"201": 100, "429 busy": 7, "429 try_later": 5}, unsent: 12345},
+	}
+	var out bytes.Buffer
+	printTable(&out, results)
+	wantFits(t, out.String())
+	if !strings.Contains(out.String(), "12 requests were answered 429") {
+		t.Errorf("the output does not count the 429 answers:\n%s", out.String())
+	}
+	out.Reset()
+	printTable(&out, results[:1])
+	if !strings.Contains(out.String(), "No request was answered 429.") {
+		t.Errorf("the output does not say that nothing was answered 429:\n%s", out.String())
+	}
+	for _, line := range []string{
+		progressLine("guard-lease", 0, 99999, 0, 0),
+		progressLine("guard-lease", 99999, 99999, 9999999, 9999*time.Second),
+	} {
+		if len(line) > progressWidth {
+			t.Errorf("progress line of %d columns, want at most %d: %q", len(line), progressWidth, line)
+		}
+	}
+}
+
+// wantFits fails for every line of out wider than 80 columns.
+func wantFits(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > 80 {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+}
+
+// TestDemo_TextRunFitsEightyColumns runs a small sale without -json: every
+// line it prints, settings included, fits 80 columns.
+func TestDemo_TextRunFitsEightyColumns(t *testing.T) {
+	t.Parallel()
+	var out, progress bytes.Buffer
+	if err := run(context.Background(), []string{"demo", "-modes", "guard", "-buyers", "20", "-stock", "5", "-concurrency", "4"}, env(nil), &out, &progress); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	wantFits(t, out.String())
+	wantFits(t, progress.String())
+	if !strings.Contains(out.String(), "answered 429") || !strings.Contains(out.String(), "In the database after each sale") {
+		t.Errorf("the text output lacks its tables or the 429 line:\n%s", out.String())
 	}
 }

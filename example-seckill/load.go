@@ -224,16 +224,26 @@ func (b *progressBar) finish() {
 	fmt.Fprintln(b.w)
 }
 
+// draw writes the progress line, at most progressWidth columns wide for
+// sales of up to 99,999 clicks, so that a redraw after "\r" never wraps.
 func (b *progressBar) draw(prefix string) {
-	const width = 30
-	settled := int(b.settled.Load())
+	fmt.Fprint(b.w, prefix+progressLine(b.label, int(b.settled.Load()), b.total, b.sent.Load(), time.Since(b.begin)))
+}
+
+// progressWidth is the widest progress line: it fits an 80-column terminal
+// with the cursor after it.
+const progressWidth = 79
+
+// progressLine formats one state of a sale's progress.
+func progressLine(label string, settled, total int, sent int64, elapsed time.Duration) string {
+	const width = 16
 	filled := 0
-	if b.total > 0 {
-		filled = settled * width / b.total
+	if total > 0 {
+		filled = min(settled*width/total, width)
 	}
 	bar := strings.Repeat("#", filled) + strings.Repeat("-", width-filled)
-	fmt.Fprintf(b.w, "%s  %-12s [%s] %5d/%d clicks settled, %6d requests, %5.1fs",
-		prefix, b.label, bar, settled, b.total, b.sent.Load(), time.Since(b.begin).Seconds())
+	return fmt.Sprintf("  %-11s [%s] %5d/%-5d settled %7d requests %6.1fs",
+		label, bar, settled, total, sent, elapsed.Seconds())
 }
 
 // sortedLatencies returns the latencies in increasing order.

@@ -3,8 +3,9 @@
 // for: a sale split across three instances, each with its own in-process
 // lock, selling more units than it has.
 //
-//	go run ./example-seckill         # serve on :8080
-//	go run ./example-seckill demo    # the incident, then the cure, in one table
+//	go run ./example-seckill         # serve on 127.0.0.1:8080 (ADDR or -addr: elsewhere)
+//	go run ./example-seckill demo    # the incident, then the cure, in two tables
+//	go run ./example-seckill help    # the commands; help serve, help demo: their flags
 //
 // With REDIS_URL and MYSQL_DSN unset it runs on embedded backends: miniredis
 // in the process and SQLite in memory (pure Go), so it needs nothing but Go.
@@ -61,11 +62,30 @@ func main() {
 	}
 }
 
+// usage lists the commands; "help serve" and "help demo" list their flags.
+const usage = `usage: example-seckill [command] [flags]
+
+The reference flash-sale service of seckillguard.
+
+commands:
+  serve   serve the shop over HTTP (the default), on 127.0.0.1:8080
+          unless ADDR or -addr says otherwise
+  demo    sell one SKU on three instances once per mode, from the
+          oversold sale to its cure, and print what the database holds
+  help    print this; "help serve" and "help demo" print their flags
+
+REDIS_URL and MYSQL_DSN select real servers; unset, both commands run on
+an embedded Redis (miniredis) and SQLite in memory.
+`
+
 // run runs the command named by args[0] (serve when args start with a flag
 // or are empty) until it is done or ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	switch {
+	case len(args) > 0 && isHelpFlag(args[0]):
+		cmd, args = "help", args[1:]
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -73,8 +93,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, args, getenv, stdout, stderr)
 	case "demo":
 		return demo(ctx, args, getenv, stdout, stderr)
+	case "help":
+		return help(ctx, args, getenv, stdout)
 	}
-	return fmt.Errorf("unknown command %q: want serve or demo", cmd)
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q: want serve, demo or help", cmd)
+}
+
+// help prints the usage, or the flags of the command args name, on stdout.
+func help(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, []string{"-h"}, getenv, stdout, stdout)
+	case "demo":
+		err = demo(ctx, []string{"-h"}, getenv, stdout, stdout)
+	default:
+		return fmt.Errorf("help %s: no such command; want serve or demo", args[0])
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		err = nil
+	}
+	return err
+}
+
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help"
 }
 
 // knobs are the settings of every instance, in serve and demo alike.

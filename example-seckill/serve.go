@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,10 +24,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: example-seckill [serve] [flags]\n\nServes the flash-sale service. REDIS_URL and MYSQL_DSN select real servers; unset, it embeds miniredis and SQLite.")
+		fmt.Fprintln(fs.Output(), "usage: example-seckill [serve] [flags]\n\nServes the flash-sale service. REDIS_URL and MYSQL_DSN select real servers;\nunset, it embeds miniredis and SQLite. ADDR sets the default of -addr.")
 		fs.PrintDefaults()
 	}
-	addr := fs.String("addr", ":8080", "listen address")
+	defAddr := getenv(envAddr)
+	if defAddr == "" {
+		defAddr = defaultAddr
+	}
+	addr := fs.String("addr", defAddr, "listen address (host:port; port 0 picks a free one; \":8080\" listens on every interface)")
 	modeName := fs.String("mode", string(ModeGuard), "none, local, guard or guard-lease (see the demo)")
 	var k knobs
 	k.register(fs, knobs{holdRate: 1, watchdog: lock.DefaultWatchdogTimeout, lease: 5 * time.Second})
@@ -58,7 +64,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	fmt.Fprintf(stdout, "example-seckill: listening on %s, mode %s; Redis: %s; database: %s; policies: %s\n",
-		hostPort(in.ln.Addr()), mode, b.Redis, b.Database, polName)
+		boundAddr(in.ln.Addr()), mode, b.Redis, b.Database, polName)
 
 	select {
 	case <-ctx.Done():
@@ -84,11 +90,16 @@ type instance struct {
 	served chan error // the server's end, if it ends by itself
 }
 
-// startInstance opens a client and a pool on b, creates the schema when
-// asked, and serves the service on addr.
+// startInstance listens on addr, opens a client and a pool on b, creates
+// the schema when asked, and serves the service.
 func startInstance(ctx context.Context, b *Backends, cfg Config, addr string, createSchema bool) (*instance, error) {
-	in := &instance{rdb: b.NewRedis(), served: make(chan error, 1)}
+	ln, err := listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	in := &instance{ln: ln, rdb: b.NewRedis(), served: make(chan error, 1)}
 	fail := func(err error) (*instance, error) {
+		_ = in.ln.Close()
 		_ = in.rdb.Close()
 		if in.db != nil {
 			closeDB(in.db)
@@ -112,9 +123,6 @@ func startInstance(ctx context.Context, b *Backends, cfg Config, addr string, cr
 		}
 	}
 	if in.svc, err = NewService(cfg, in.rdb, db); err != nil {
-		return fail(err)
-	}
-	if in.ln, err = net.Listen("tcp", addr); err != nil {
 		return fail(err)
 	}
 	in.url = "http://" + hostPort(in.ln.Addr())
@@ -152,4 +160,38 @@ func (in *instance) release() {
 	_ = in.svc.Close()
 	_ = in.rdb.Close()
 	closeDB(in.db)
+}
+
+// The listen address: ADDR, else defaultAddr; -addr overrides both.
+const (
+	envAddr     = "ADDR"
+	defaultAddr = "127.0.0.1:8080" // loopback: a demo shop is no public service
+)
+
+// listen listens on addr. An address in use is answered with how to pick
+// another.
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		other := "127.0.0.1:8081"
+		if host, port, serr := net.SplitHostPort(addr); serr == nil {
+			if n, perr := strconv.Atoi(port); perr == nil && n > 0 && n < 65535 {
+				other = net.JoinHostPort(host, strconv.Itoa(n+1))
+			}
+		}
+		return nil, fmt.Errorf("listen on %s: the address is in use (another instance of the service?); pick another with -addr %s or ADDR=%s, or port 0 for any free one: %w", addr, other, other, err)
+	}
+	return nil, fmt.Errorf("listen on %s: %w", addr, err)
+}
+
+// boundAddr names the address a listener is bound to, saying so when it is
+// every interface.
+func boundAddr(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return a.String() + ", every interface"
+	}
+	return a.String()
 }

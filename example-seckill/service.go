@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
@@ -130,6 +131,9 @@ func NewService(cfg Config, rdb redis.UniversalClient, db *gorm.DB) (*Service, e
 		}, []string{"by"}),
 	}
 	s.reg.MustRegister(s.orders, s.fast, s.stale)
+	// The runtime's and the process's own series (go_*, process_*), as a
+	// service exports them beside its domain metrics.
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, by := range []string{refusedLockLost, refusedFence} {
 		s.stale.WithLabelValues(by)
 	}
@@ -162,6 +166,7 @@ func NewService(cfg Config, rdb redis.UniversalClient, db *gorm.DB) (*Service, e
 		r.Use(s.guard.Policies(cfg.Policies))
 	}
 	r.GET(routeHealth, s.health)
+	r.HEAD(routeHealth, s.health)
 	r.GET(routeMetrics, gin.WrapH(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})))
 	r.GET(routeProduct, s.product)
 	if cfg.Mode == ModeLocal {
@@ -229,16 +234,32 @@ func (s *Service) withLocalLock(c *gin.Context) {
 	c.Next()
 }
 
-// health answers 200 when Redis and the database answer.
+// health answers 200 when Redis and the database answer within
+// healthTimeout, else 503 with a short reason ("redis unreachable"); the
+// driver's error, which may name hosts and users, goes to the log only.
 func (s *Service) health(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(c.Request.Context(), healthTimeout)
 	defer cancel()
 	if err := ping(ctx, s.rdb, s.db); err != nil {
-		ginmw.Abort(c, http.StatusServiceUnavailable, "unhealthy", ginmw.Extra("detail", err.Error()))
+		reason := "unreachable"
+		switch {
+		case errors.Is(err, errRedisDown):
+			reason = errRedisDown.Error()
+		case errors.Is(err, errDatabaseDown):
+			reason = errDatabaseDown.Error()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			reason += fmt.Sprintf(" (no answer within %v)", healthTimeout)
+		}
+		s.log.WarnContext(c.Request.Context(), "health check failed", "err", err)
+		ginmw.Abort(c, http.StatusServiceUnavailable, "unhealthy", ginmw.Extra("detail", reason))
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"status": "ok", "mode": s.cfg.Mode})
 }
+
+// healthTimeout bounds a health check.
+const healthTimeout = 2 * time.Second
 
 // validID reports whether v is a usable user id or SKU: 1 to 64 ASCII
 // letters, digits and . _ : -

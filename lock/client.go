@@ -199,13 +199,26 @@ func (c *Client) goBackground(f func()) bool {
 	return true
 }
 
-// ownerKey is the context key of the owner id a context carries for a Client.
-type ownerKey struct{ c *Client }
+// heldKey is the context key under which a hold's context, and every context
+// derived from it, carries the hold: how a later acquisition of the same lock
+// with such a context finds the hold it re-enters. Ownership is per hold: a
+// context that carries no hold of a lock acquires it afresh, under an owner
+// id of its own, whatever other locks of the Client it holds. Each lock value
+// boxes its key once (see holdKey), so that looking it up allocates nothing.
+type heldKey struct {
+	c   *Client
+	key string
+	r   role
+}
 
-// owner returns the owner id ctx carries for c.
-func (c *Client) owner(ctx context.Context) (int64, bool) {
-	id, ok := ctx.Value(ownerKey{c}).(int64)
-	return id, ok
+// holdKey returns the context key of the holds of role r on key, boxed.
+func (c *Client) holdKey(key string, r role) any { return heldKey{c, key, r} }
+
+// heldBy returns the hold ctx descends from under the context key hk (see
+// holdKey), or nil.
+func heldBy(ctx context.Context, hk any) *hold {
+	h, _ := ctx.Value(hk).(*hold)
+	return h
 }
 
 // leaseArg returns the script argument for a lease of d: its milliseconds, as

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,6 +68,78 @@ func ExampleMutex_Lock_reentrant() {
 	// Output:
 	// levels held in B: 2
 	// levels held in A: 1
+}
+
+// Fanning out under one request: the goroutines share the request's lock
+// context, but each acquisition of another lock is a hold of its own, so
+// they exclude each other on it. A context that descends from an acquisition
+// of the inner lock would re-enter it instead.
+func ExampleMutex_fanOut() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	locks := lock.New(rdb)
+	defer locks.Close()
+
+	req, err := locks.Mutex("order:2002").Lock(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Mutex("order:2002").Unlock(req)
+
+	inner := locks.Mutex("stock:sku-7")
+	var mu sync.Mutex
+	inside, most := 0, 0
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, err := inner.Lock(req) // req holds order:2002, not stock:sku-7
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer inner.Unlock(ctx)
+			mu.Lock()
+			inside++
+			most = max(most, inside)
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			mu.Lock()
+			inside--
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	fmt.Println("goroutines inside stock:sku-7 at once:", most)
+	// Output: goroutines inside stock:sku-7 at once: 1
+}
+
+// A hold ends with the context it was taken with: when the request ends
+// without an Unlock, the lock is released all the same.
+func ExampleMutex_Lock_endsWithItsContext() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	locks := lock.New(rdb)
+	defer locks.Close()
+	m := locks.Mutex("cart:3003")
+
+	request, cancel := context.WithCancel(context.Background())
+	held, err := m.Lock(request)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cancel() // the client went away; nobody called Unlock
+	<-held.Done()
+
+	// Another request gets the lock at once, not after its 30s lease.
+	ctx, err := m.TryLock(context.Background(), 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("taken again:", ctx.Err() == nil)
+	m.Unlock(ctx)
+	fmt.Println("late Unlock of the ended hold:", m.Unlock(held))
+	// Output:
+	// taken again: true
+	// late Unlock of the ended hold: <nil>
 }
 
 // A fixed lease turns the watchdog off; the context says when it ran out.

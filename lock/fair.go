@@ -82,8 +82,9 @@ func (f *FairMutex) usable() error {
 // Lock takes its place in line and waits until it is first and the lock is
 // free, or until ctx ends; otherwise it behaves as Mutex.Lock: the returned
 // context holds the lock, carries its fencing token and is cancelled with
-// cause ErrLost if the lock is lost. A context that holds the lock re-enters
-// it at once, without queueing.
+// cause ErrLost if the lock is lost, and ends with ctx (see Mutex.Lock). A
+// context that holds the lock (through a FairMutex or a Mutex of the name)
+// re-enters it at once, without queueing.
 func (f *FairMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return f.acquire(ctx, -1, opts)
 }
@@ -103,7 +104,7 @@ func (f *FairMutex) acquire(ctx context.Context, wait time.Duration, opts []Lock
 	if err := f.usable(); err != nil {
 		return ctx, err
 	}
-	return f.m.c.acquire(ctx, f, f.m.key, exclusive, f.m.name, wait, opts)
+	return f.m.c.acquire(ctx, f, f.m.key, exclusive, f.m.hk, f.m.name, wait, opts)
 }
 
 // Unlock releases one level of the lock held by ctx, as Mutex.Unlock does;
@@ -112,7 +113,7 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	return f.m.c.unlock(ctx, f.m.key, exclusive, f.m.name)
+	return f.m.c.unlock(ctx, f.m.hk, f.m.name)
 }
 
 // The FairMutex is the kind of the holds it takes.

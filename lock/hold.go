@@ -17,9 +17,9 @@ type role uint8
 const (
 	// exclusive is the owner's field "<clientUUID>:<ownerID>" in a lock hash
 	// of Redisson's RLock layout: Mutex, FairMutex, the locks of a MultiLock
-	// and the nodes of a RedLock. One owner has one such hold per key
-	// whichever of them took it, so that they re-enter each other instead of
-	// fighting over the same field.
+	// and the nodes of a RedLock. They share the role, so that a context
+	// holding the key through one of them re-enters it through the others
+	// instead of waiting for itself.
 	exclusive role = iota
 	// reader is the owner's read field in an RWMutex hash.
 	reader
@@ -29,7 +29,9 @@ const (
 	permit
 )
 
-// holdID identifies one owner's hold of one lock.
+// holdID identifies one hold of one lock: its key, its role there and the
+// owner id of the acquisition that took it. Every first acquisition gets an
+// owner id of its own (ownership is per hold, see heldKey).
 type holdID struct {
 	key   string
 	role  role
@@ -72,6 +74,7 @@ type kind interface {
 type hold struct {
 	c        *Client
 	id       holdID
+	hk       any    // the context key that carries the hold (see heldKey)
 	name     string // as the caller wrote it, for errors
 	field    string // the owner's field or member in Redis
 	fieldArg []any  // {field}: field boxed once, for the script arguments of every call and the renewal's list
@@ -92,33 +95,32 @@ type hold struct {
 	start    time.Time     // when the first acquisition, or the handover to this hold, was sent
 	ack      replicaAck    // replicas that must confirm the first acquisition
 	queued   bool          // the owner has a place in a wait line in Redis (kept alive by waiting)
+	ended    bool          // released because the context it was taken with ended: a later Unlock returns nil
 
 	// Set once at the first acquisition, before the hold is published.
-	parent context.Context // what ctx descends from: the caller's context, with the owner
+	parent context.Context // what ctx descends from: the context the hold was taken with
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   context.CancelFunc // releases the lease deadline timer; nil without WithLease
 
 	// Guarded by c.mu.
-	refs   int  // operations in progress on this hold
-	pinned bool // held: stays registered until released or lost
-	lost   bool
+	refs     int  // operations in progress on this hold
+	pinned   bool // held: stays registered until released or lost
+	lost     bool
+	stopLife func() bool // stops the release that parent's end would trigger (see establish)
 
 	renewal renewal // how the watchdog renews the hold
 	waiting renewal // how the watchdog keeps the owner's place in a wait line alive
 }
 
-// holdCtxKey marks the contexts that descend from a hold's context.
-type holdCtxKey struct{ h *hold }
-
 // ref returns the hold id, creating it when there is none, and counts the
-// caller as using it until unref.
-func (c *Client) ref(id holdID, name string) *hold {
+// caller as using it until unref. hk is the context key that carries it.
+func (c *Client) ref(id holdID, hk any, name string) *hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := c.holds[id]
 	if h == nil {
-		h = &hold{c: c, id: id, name: name, field: c.field(id.owner), sem: make(chan struct{}, 1)}
+		h = &hold{c: c, id: id, hk: hk, name: name, field: c.field(id.owner), sem: make(chan struct{}, 1)}
 		if id.role == writer {
 			h.field += ":write"
 		}
@@ -157,24 +159,13 @@ func (h *hold) abandon() {
 	}
 }
 
-// refHeld is ref for a hold that is held; it returns nil when there is none.
-func (c *Client) refHeld(id holdID) *hold {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h := c.holds[id]
-	if h == nil || !h.pinned {
-		return nil
+// heldVia returns the hold ctx carries under hk when it is still held, or
+// nil.
+func (c *Client) heldVia(ctx context.Context, hk any) *hold {
+	if h := heldBy(ctx, hk); h != nil && c.stillHeld(h) {
+		return h
 	}
-	h.refs++
-	return h
-}
-
-// isHeld reports whether the hold id is held.
-func (c *Client) isHeld(id holdID) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h := c.holds[id]
-	return h != nil && h.pinned
+	return nil
 }
 
 // unref ends one use of h; an unused hold that is not held is forgotten.
@@ -249,14 +240,11 @@ func (h *hold) enter(ctx context.Context) error {
 func (h *hold) leave() { <-h.sem }
 
 // begin creates h's context at its first acquisition. It descends from ctx,
-// carries the owner (if ctx did not already) and the token (for kinds that
-// issue one), and with a fixed lease ends by itself when the lease runs out,
+// carries the hold (for re-entries) and the token (for kinds that issue
+// one), and with a fixed lease ends by itself when the lease runs out,
 // measured from start (the moment the acquisition was sent, so the context
 // never outlives the lock).
-func (h *hold) begin(ctx context.Context, ownerNew bool, start time.Time) {
-	if ownerNew {
-		ctx = context.WithValue(ctx, ownerKey{h.c}, h.id.owner)
-	}
+func (h *hold) begin(ctx context.Context, start time.Time) {
 	h.parent = ctx
 	hctx, cancel := context.WithCancelCause(ctx)
 	h.cancel = cancel
@@ -264,7 +252,7 @@ func (h *hold) begin(ctx context.Context, ownerNew bool, start time.Time) {
 		hctx, h.stop = context.WithDeadlineCause(hctx, start.Add(h.lease),
 			lostError(h.name, "its lease of "+h.lease.String()+" ran out"))
 	}
-	hctx = context.WithValue(hctx, holdCtxKey{h}, true)
+	hctx = context.WithValue(hctx, h.hk, h)
 	if h.kind.tokens() {
 		hctx = fencing.WithToken(hctx, h.token)
 	}
@@ -277,19 +265,62 @@ func (h *hold) end(cause error) {
 	if h.stop != nil {
 		h.stop()
 	}
+	h.c.mu.Lock()
+	stop := h.stopLife
+	h.stopLife = nil
+	h.c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
-// levelContext returns the context of a re-entry of h made with ctx. When ctx
-// descends from h's context it already ends with the hold; otherwise the
-// returned context is tied to the hold so that it is cancelled too when the
-// hold is lost or released.
-func (h *hold) levelContext(ctx context.Context) context.Context {
-	if ctx.Value(holdCtxKey{h}) == nil {
-		child, cancel := context.WithCancelCause(ctx)
-		hctx := h.ctx
-		context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) })
-		ctx = context.WithValue(child, holdCtxKey{h}, true)
+// tieToParent makes h end with the context it was taken with: when that
+// context ends, h is released as if its final Unlock had come (see
+// parentEnded). It costs no goroutine while h is held, and nothing for a
+// context that never ends.
+func (c *Client) tieToParent(h *hold) {
+	if h.parent.Done() == nil {
+		return
 	}
+	stop := context.AfterFunc(h.parent, h.parentEnded)
+	c.mu.Lock()
+	if h.pinned {
+		h.stopLife, stop = stop, nil
+	}
+	c.mu.Unlock()
+	if stop != nil { // lost or released meanwhile
+		stop()
+	}
+}
+
+// parentEnded releases h, every level of it, because the context it was
+// taken with ended: as its final Unlock would, handing it to a waiter of
+// this Client or freeing it and waking the others. h's context has ended
+// with the parent's cause already; an Unlock that comes later returns nil.
+func (h *hold) parentEnded() {
+	c := h.c
+	c.refAgain(h)
+	defer c.unref(h)
+	_ = h.enter(context.Background())
+	defer h.leave()
+	if h.levels == 0 || !c.stillHeld(h) {
+		return
+	}
+	h.ended = true
+	h.levels = 1 // the last level's release removes the owner whatever its count
+	ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
+	defer cancel()
+	if err := c.releaseLevel(ctx, h); err != nil && !errors.Is(err, ErrLost) {
+		c.opts.logger.Debug("lock: releasing a hold whose context ended failed; retried until its lease ends",
+			"lock", h.name, "err", err)
+	}
+}
+
+// levelContext returns the context of a re-entry of h made with ctx, which
+// descends from h's context (or from a compound lock's context that ends with
+// it) and so ends with the hold already: it only needs h's token when ctx
+// carries another one.
+func (h *hold) levelContext(ctx context.Context) context.Context {
 	if !h.kind.tokens() {
 		return ctx
 	}
@@ -299,10 +330,10 @@ func (h *hold) levelContext(ctx context.Context) context.Context {
 	return ctx
 }
 
-// acquire takes the hold of role on key for ctx's owner through kind k, or
-// re-enters it when ctx's owner holds it already: the one way every
-// single-key lock type locks. wait < 0 waits without bound.
-func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
+// acquire takes a hold of role on key through kind k for an acquisition of
+// its own, or re-enters the hold ctx carries under hk (see heldKey): the one
+// way every single-key lock type locks. wait < 0 waits without bound.
+func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
 	if ctx == nil {
 		return ctx, wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
 	}
@@ -313,20 +344,15 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name s
 	if ctxutil.Ended(ctx) {
 		return ctx, ctxErr(name, ctx)
 	}
-	owner, known := c.owner(ctx)
-	if !known {
-		owner = c.owners.Add(1)
+	if h := heldBy(ctx, hk); h != nil {
+		return c.reenterVia(ctx, h)
 	}
-	h := c.ref(holdID{key, r, owner}, name)
+	h := c.ref(holdID{key, r, c.owners.Add(1)}, hk, name)
 	defer c.unref(h)
 	if err := h.enter(ctx); err != nil {
 		return ctx, ctxErr(name, ctx)
 	}
 	defer h.leave()
-
-	if h.levels > 0 {
-		return c.reenter(ctx, h)
-	}
 
 	h.kind = k
 	h.top = 0
@@ -343,8 +369,27 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, name s
 		}
 		return ctx, err
 	}
-	c.establish(ctx, h, !known, h.start)
+	c.establish(ctx, h, h.start)
+	c.tieToParent(h)
 	return h.ctx, nil
+}
+
+// reenterVia adds a level to h, the hold ctx carries.
+func (c *Client) reenterVia(ctx context.Context, h *hold) (context.Context, error) {
+	c.refAgain(h)
+	defer c.unref(h)
+	if err := h.enter(ctx); err != nil {
+		return ctx, ctxErr(h.name, ctx)
+	}
+	defer h.leave()
+	if h.levels == 0 || !c.stillHeld(h) {
+		// Released or lost a moment ago: ctx ends with it.
+		if c.isLost(h) {
+			return ctx, lostHold(h)
+		}
+		return ctx, wrap(h.name, ErrReleased)
+	}
+	return c.reenter(ctx, h)
 }
 
 // granted records that a releasing holder of this Client handed h the lock:
@@ -421,15 +466,18 @@ func (c *Client) inLine(h *hold, script *redis.Script, keys []string, args []any
 	c.dog.add(&h.waiting, time.Now().Add(c.opts.watchdogTimeout))
 }
 
-// establish makes h held after its first acquisition, which was sent at start.
-func (c *Client) establish(ctx context.Context, h *hold, ownerNew bool, start time.Time) {
+// establish makes h held after its first acquisition, which was sent at
+// start. The caller then ties it to ctx's end (tieToParent), unless a
+// compound lock releases it with its other locks.
+func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	if h.queued {
 		c.dog.remove(&h.waiting)
 		h.queued = false
 	}
 	h.levels = 1
 	h.unsure = false
-	h.begin(ctx, ownerNew, start)
+	h.ended = false
+	h.begin(ctx, start)
 	c.pin(h)
 	if !h.fixed {
 		if h.renewal.script == nil {
@@ -481,29 +529,34 @@ func lostHold(h *hold) error {
 	return wrap(h.name, ErrLost)
 }
 
-// unlock releases one level of the hold of role on key that ctx's owner has:
-// the one way every single-key lock type unlocks.
-func (c *Client) unlock(ctx context.Context, key string, r role, name string) error {
+// unlock releases one level of the hold ctx carries under hk: the one way
+// every single-key lock type unlocks.
+func (c *Client) unlock(ctx context.Context, hk any, name string) error {
 	if ctx == nil {
 		return wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
 	}
-	owner, ok := c.owner(ctx)
-	var h *hold
-	if ok {
-		h = c.refHeld(holdID{key, r, owner})
-	}
+	h := heldBy(ctx, hk)
 	if h == nil {
-		switch cause := context.Cause(ctx); {
-		case errors.Is(cause, ErrLost):
+		if errors.Is(context.Cause(ctx), ErrLost) {
 			return wrap(name, ErrLost)
+		}
+		return wrap(name, ErrNotHeld)
+	}
+	c.refAgain(h)
+	defer c.unref(h)
+	_ = h.enter(context.Background())
+	defer h.leave()
+	if !c.stillHeld(h) {
+		switch cause := context.Cause(h.ctx); {
+		case h.ended:
+			return nil // released when the context it was taken with ended
+		case c.isLost(h):
+			return lostHold(h)
 		case errors.Is(cause, errReleasedLater):
 			return nil // the retry of an Unlock that failed, completed meanwhile
 		}
 		return wrap(name, ErrNotHeld)
 	}
-	defer c.unref(h)
-	_ = h.enter(context.Background())
-	defer h.leave()
 	return c.releaseLevel(ctx, h)
 }
 

@@ -56,10 +56,15 @@ type multiKey struct {
 
 // A multiHold is one acquisition of a MultiLock and its re-entries.
 type multiHold struct {
+	holds   []*hold         // its locks' holds, in the global order
+	carried []bool          // holds[i] was held by the acquiring context already: the MultiLock re-entered it
+	parent  context.Context // the context it was taken with
+
 	// Guarded by the semaphores of the member holds.
-	levels int
-	done   map[string]bool // locks an Unlock in progress has released already (it failed on others)
-	holds  []*hold         // the holds of the locks, in the global order
+	levels   int
+	done     map[string]bool // locks an Unlock in progress has released already (it failed on others)
+	ended    bool            // released because the context it was taken with ended
+	stopLife func() bool     // stops that release (see parentEnded)
 
 	token  fencing.Token
 	ctx    context.Context
@@ -136,8 +141,11 @@ func (ml *MultiLock) usable() error {
 }
 
 // Lock acquires every lock of the set, waiting as long as it takes or until
-// ctx ends, and returns the context that holds them (see Mutex.Lock). If ctx
-// holds the MultiLock already, Lock re-enters each of its locks.
+// ctx ends, and returns the context that holds them (see Mutex.Lock). Each
+// lock ctx holds already (through this MultiLock or a Mutex of its name) is
+// re-entered, the others are taken afresh. The acquisition ends with ctx: its
+// levels are released as its final Unlock would, and an Unlock that comes
+// later returns nil.
 func (ml *MultiLock) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return ml.acquire(ctx, -1, opts)
 }
@@ -177,13 +185,21 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if ctxutil.Ended(ctx) {
 		return ctx, ctxErr(ml.label, ctx)
 	}
-	owner, known := c.owner(ctx)
-	if !known {
-		owner = c.owners.Add(1)
-	}
+	// A lock ctx holds already is re-entered; the others are taken by an
+	// acquisition of their own, under one new owner id.
+	var owner int64
 	holds := make([]*hold, len(ml.locks))
+	carried := make([]bool, len(ml.locks))
 	for i, m := range ml.locks {
-		holds[i] = c.ref(holdID{m.key, exclusive, owner}, m.name)
+		if h := heldBy(ctx, m.hk); h != nil {
+			c.refAgain(h)
+			holds[i], carried[i] = h, true
+			continue
+		}
+		if owner == 0 {
+			owner = c.owners.Add(1)
+		}
+		holds[i] = c.ref(holdID{m.key, exclusive, owner}, m.hk, m.name)
 	}
 	defer func() {
 		for _, h := range holds {
@@ -205,9 +221,13 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 			h.leave()
 		}
 	}()
-	for _, h := range holds {
-		if h.levels > 0 && c.isLost(h) {
-			return ctx, lostHold(h)
+	for i, h := range holds {
+		if carried[i] && (h.levels == 0 || !c.stillHeld(h)) {
+			// Released or lost a moment ago: ctx ends with it.
+			if c.isLost(h) {
+				return ctx, lostHold(h)
+			}
+			return ctx, wrap(h.name, ErrReleased)
 		}
 	}
 
@@ -269,10 +289,11 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 				continue
 			}
 			h.token = tokens[gi]
-			c.establish(ctx, h, !known, starts[gi])
+			c.establish(ctx, h, starts[gi])
+			c.tieToParent(h)
 		}
 	}
-	return ml.enter(ctx, holds, owner, !known, floor), nil
+	return ml.enter(ctx, holds, carried, floor), nil
 }
 
 // attempt tries to take the locks g (one hash slot) once, all or none.
@@ -448,27 +469,75 @@ func (ml *MultiLock) raiseSlowly(ctx context.Context, tokens []fencing.Token, t 
 	return nil
 }
 
-// enter returns the context of an acquisition of the MultiLock whose locks,
-// holds, ctx's owner now holds one more level of.
-func (ml *MultiLock) enter(ctx context.Context, holds []*hold, owner int64, ownerNew bool, token fencing.Token) context.Context {
+// enter returns the context of an acquisition of the MultiLock whose locks'
+// holds ctx now holds one more level of; carried marks those ctx held
+// already.
+func (ml *MultiLock) enter(ctx context.Context, holds []*hold, carried []bool, token fencing.Token) context.Context {
 	key := multiKey{ml.c, ml.id}
 	if mh, _ := ctx.Value(key).(*multiHold); mh != nil && mh.ctx.Err() == nil && mh.levels > 0 {
 		mh.levels++
 		return ctx
 	}
-	if ownerNew {
-		ctx = context.WithValue(ctx, ownerKey{ml.c}, owner)
-	}
-	mh := &multiHold{levels: 1, token: token, holds: holds}
+	mh := &multiHold{levels: 1, token: token, holds: holds, carried: carried, parent: ctx}
 	mctx, cancel := context.WithCancelCause(ctx)
 	mh.cancel = cancel
-	for _, h := range holds {
+	for i, h := range holds {
 		hctx := h.ctx
 		mh.stops = append(mh.stops, context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) }))
+		if !carried[i] {
+			mctx = context.WithValue(mctx, h.hk, h) // a Mutex of the name re-enters it
+		}
 	}
 	mctx = context.WithValue(mctx, key, mh)
 	mh.ctx = fencing.WithToken(mctx, token)
+	if ctx.Done() != nil {
+		mh.stopLife = context.AfterFunc(ctx, func() { ml.parentEnded(mh) })
+	}
 	return mh.ctx
+}
+
+// parentEnded ends the acquisition mh of the MultiLock because the context
+// it was taken with ended (see endWithParent).
+func (ml *MultiLock) parentEnded(mh *multiHold) {
+	c := ml.c
+	for _, h := range mh.holds {
+		c.refAgain(h)
+		_ = h.enter(context.Background())
+	}
+	defer func() {
+		for _, h := range mh.holds {
+			h.leave()
+			c.unref(h)
+		}
+	}()
+	ml.endWithParent(mh)
+}
+
+// endWithParent releases what is left of the acquisition mh, whose context
+// ended, as its final Unlocks would: the locks it took release themselves
+// (tieToParent); the levels it added to locks that context held already are
+// released here. The caller holds the semaphores of mh's holds.
+func (ml *MultiLock) endWithParent(mh *multiHold) {
+	c := ml.c
+	n := mh.levels
+	if n == 0 {
+		return
+	}
+	mh.levels, mh.done, mh.ended, mh.stopLife = 0, nil, true, nil
+	for i, h := range mh.holds {
+		for ; n > 0 && mh.carried[i] && h.levels > 0 && c.stillHeld(h); n-- {
+			ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
+			err := c.releaseLevel(ctx, h)
+			cancel()
+			if err != nil {
+				break
+			}
+		}
+	}
+	for _, stop := range mh.stops {
+		stop()
+	}
+	mh.cancel(context.Cause(mh.parent))
 }
 
 // Unlock releases one level of every lock of the set held by ctx, slot by
@@ -487,15 +556,12 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		return wrap(ml.label, fmt.Errorf("%w: nil context", ErrInvalid))
 	}
 	mh, _ := ctx.Value(multiKey{c, ml.id}).(*multiHold)
-	if _, ok := c.owner(ctx); mh == nil || !ok {
+	if mh == nil {
 		if errors.Is(context.Cause(ctx), ErrLost) {
 			return wrap(ml.label, ErrLost)
 		}
 		return wrap(ml.label, ErrNotHeld)
 	}
-	// The holds this acquisition took, not the owner's current ones: a
-	// hold released in the background after a failed Unlock is forgotten
-	// by the Client, and only its own context says how it ended.
 	holds := mh.holds
 	for _, h := range holds {
 		c.refAgain(h)
@@ -513,7 +579,13 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 			h.leave()
 		}
 	}()
+	if mh.levels > 0 && mh.parent.Err() != nil {
+		ml.endWithParent(mh) // its context ended: it is released by now, or here
+	}
 	if mh.levels == 0 {
+		if mh.ended {
+			return nil // released when the context it was taken with ended
+		}
 		if errors.Is(context.Cause(mh.ctx), ErrLost) {
 			return context.Cause(mh.ctx)
 		}
@@ -577,6 +649,10 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	mh.levels--
 	mh.done = nil
 	if mh.levels == 0 {
+		if mh.stopLife != nil {
+			mh.stopLife()
+			mh.stopLife = nil
+		}
 		for _, stop := range mh.stops {
 			stop()
 		}

@@ -15,10 +15,14 @@ import (
 // A Mutex is a reentrant distributed lock in Redisson's RLock layout: a hash
 // named after the lock whose field "<clientUUID>:<ownerID>" counts the hold.
 //
-// Ownership travels in contexts, not goroutines. Lock returns a context that
-// holds the lock; locking the same Mutex again with that context (or one
-// derived from it) re-enters instead of deadlocking, and each Lock needs its
-// own Unlock. Goroutines that share a lock context share its ownership.
+// Ownership travels in contexts, not goroutines, and is per hold. Lock
+// returns a context that holds the lock; locking the same Mutex again with
+// that context (or one derived from it) re-enters instead of deadlocking, and
+// each Lock needs its own Unlock. Goroutines that share a lock context share
+// its hold. A context that does not descend from an acquisition of this lock
+// acquires it afresh, whatever other locks it holds: goroutines fanned out
+// from one request, each locking the Mutex with the request's context,
+// exclude each other.
 //
 // Waiting is fair within a Client and takes turns between Clients. The
 // goroutines of one Client that wait for a lock queue in arrival order; the
@@ -39,6 +43,7 @@ type Mutex struct {
 	keys     []string // {lock, token counter}
 	relKeys  []string // {lock, unlock channel}
 	unlockCh string   // where unlock messages are published
+	hk       any      // the context key of its holds (see heldKey)
 	checkErr error
 }
 
@@ -57,6 +62,7 @@ func newMutex(c *Client, name string) *Mutex {
 	m.unlockCh = derived(channelPrefix, m.key)
 	m.keys = []string{m.key, derived(tokenPrefix, m.key)}
 	m.relKeys = []string{m.key, m.unlockCh}
+	m.hk = c.holdKey(m.key, exclusive)
 	return m
 }
 
@@ -81,7 +87,14 @@ func (m *Mutex) usable() error {
 // returns the context that holds it: pass it to Unlock, to re-entries, and to
 // the work the lock protects. That context carries the fencing token
 // (fencing.FromContext) and is cancelled with cause ErrLost if the lock is
-// lost while held. If ctx already holds the lock, Lock re-enters it at once.
+// lost while held. If ctx already holds the lock (it descends from an
+// acquisition of it), Lock re-enters it at once; otherwise it acquires the
+// lock afresh.
+//
+// The hold never outlives ctx: when ctx ends, the lock is released, every
+// level of it, as its final Unlock would, and the returned context is
+// cancelled with ctx's cause; an Unlock that comes later returns nil. With
+// context.Background() the lock is held until Unlock.
 //
 // On error Lock returns ctx unchanged. A caller whose ctx ended gets an error
 // matching ctx.Err() under errors.Is.
@@ -103,7 +116,7 @@ func (m *Mutex) acquire(ctx context.Context, wait time.Duration, opts []LockOpti
 	if err := m.usable(); err != nil {
 		return ctx, err
 	}
-	return m.c.acquire(ctx, m, m.key, exclusive, m.name, wait, opts)
+	return m.c.acquire(ctx, m, m.key, exclusive, m.hk, m.name, wait, opts)
 }
 
 // Unlock releases one level of the lock held by ctx; the lock is free when
@@ -112,14 +125,14 @@ func (m *Mutex) acquire(ctx context.Context, wait time.Duration, opts []LockOpti
 //
 // Unlock returns ErrNotHeld, and changes nothing, when ctx does not hold the
 // lock, and an error matching ErrLost when the lock was lost before it was
-// released. It runs even if ctx was cancelled (a request that ended still
-// releases its lock). When Unlock fails with a network error it may be
+// released. It runs even if ctx was cancelled, and returns nil for a hold
+// already released because the context it was taken with ended. When Unlock fails with a network error it may be
 // called again: a level is never released twice.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(); err != nil {
 		return err
 	}
-	return m.c.unlock(ctx, m.key, exclusive, m.name)
+	return m.c.unlock(ctx, m.hk, m.name)
 }
 
 // The Mutex is the kind of its holds: Redisson's RLock layout.
@@ -267,21 +280,31 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 }
 
 // HoldCount returns how many levels of the lock ctx holds, as Redis records
-// them: 0 when ctx does not hold it.
+// them: 0 when ctx does not hold it, also after its final Unlock or its loss.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if err := m.usable(); err != nil {
 		return 0, err
 	}
-	owner, ok := m.c.owner(ctx)
-	if !ok {
+	return m.c.holdCount(ctx, m.name, m.key, m.hk)
+}
+
+// holdCount answers HoldCount for the holds of the exclusive role on key.
+func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, error) {
+	if ctx == nil {
+		return 0, wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
+	}
+	h := c.heldVia(ctx, hk)
+	if h == nil {
 		return 0, nil
 	}
-	n, err := m.c.rdb.HGet(ctx, m.key, m.c.field(owner)).Int()
-	if errors.Is(err, redis.Nil) {
+	n, err := c.rdb.HGet(ctx, key, h.field).Int()
+	if errors.Is(err, redis.Nil) || err != nil && !c.stillHeld(h) {
+		// Not held in Redis, or released or lost while asking: the lock
+		// context, which ended then, may have cancelled the call.
 		return 0, nil
 	}
 	if err != nil {
-		return 0, wrap(m.name, err)
+		return 0, wrap(name, err)
 	}
 	return n, nil
 }

@@ -72,14 +72,17 @@ type redKey struct{ id string }
 
 // A redHold is one acquisition of a RedLock and its re-entries.
 type redHold struct {
-	mu     sync.Mutex
-	levels int
-	alive  int     // nodes still held
-	nodes  []*hold // the nodes it holds, by client index; nil where it has none
-	stops  []func() bool
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	expire context.CancelFunc // releases the validity timer; nil without WithLease
+	mu       sync.Mutex
+	levels   int
+	alive    int     // nodes still held
+	nodes    []*hold // the nodes it holds, by client index; nil where it has none
+	carried  []bool  // nodes[i] was held by the acquiring context already: the RedLock re-entered it
+	ended    bool    // released because the context it was taken with ended
+	stopLife func() bool
+	stops    []func() bool
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	expire   context.CancelFunc // releases the validity timer; nil without WithLease
 }
 
 // NewRedLock returns the lock called name over clients, one Client per
@@ -152,7 +155,9 @@ func (r *RedLock) usable() error {
 // Lock acquires the lock on a majority of its nodes, waiting as long as it
 // takes or until ctx ends, and returns the context that holds it (see
 // Mutex.Lock and the RedLock documentation for its token and its loss). If
-// ctx holds the RedLock already, Lock re-enters it at once.
+// ctx holds the RedLock already, Lock re-enters it at once. The acquisition
+// ends with ctx: it is released on every node as its final Unlock would, and
+// an Unlock that comes later returns nil.
 func (r *RedLock) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return r.acquire(ctx, -1, opts)
 }
@@ -219,15 +224,17 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		}
 	}
 
-	base := ctx
+	// A node whose lock ctx holds already (a Mutex of the name on that
+	// node's Client) is re-entered; the others are taken afresh.
 	holds := make([]*hold, len(r.clients))
+	carried := make([]bool, len(r.clients))
 	for i, c := range r.clients {
-		owner, known := c.owner(ctx)
-		if !known {
-			owner = c.owners.Add(1)
-			base = context.WithValue(base, ownerKey{c}, owner)
+		if h := heldBy(ctx, r.nodes[i].hk); h != nil && c.stillHeld(h) {
+			c.refAgain(h)
+			holds[i], carried[i] = h, true
+			continue
 		}
-		holds[i] = c.ref(holdID{r.nodes[i].key, exclusive, owner}, r.name)
+		holds[i] = c.ref(holdID{r.nodes[i].key, exclusive, c.owners.Add(1)}, r.nodes[i].hk, r.name)
 	}
 	defer func() {
 		for i, h := range holds {
@@ -340,12 +347,12 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 	if err != nil {
 		return ctx, err
 	}
-	return r.hold(base, holds, taken, token, lo, lease, drift, start), nil
+	return r.hold(ctx, holds, carried, taken, token, lo, lease, drift, start), nil
 }
 
 // hold records the acquisition that took the nodes marked in taken.
-func (r *RedLock) hold(base context.Context, holds []*hold, taken []bool, token fencing.Token, lo lockOptions, lease, drift time.Duration, start time.Time) context.Context {
-	rh := &redHold{levels: 1, nodes: make([]*hold, len(holds))}
+func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []bool, token fencing.Token, lo lockOptions, lease, drift time.Duration, start time.Time) context.Context {
+	rh := &redHold{levels: 1, nodes: make([]*hold, len(holds)), carried: carried}
 	rctx, cancel := context.WithCancelCause(base)
 	rh.cancel = cancel
 	if lo.lease > 0 {
@@ -366,7 +373,8 @@ func (r *RedLock) hold(base context.Context, holds []*hold, taken []bool, token 
 		h.fixed = lo.lease > 0
 		h.lease = lease
 		h.token = token
-		r.clients[i].establish(base, h, false, start)
+		r.clients[i].establish(base, h, start)
+		r.clients[i].tieToParent(h)
 	}
 	for i, h := range rh.nodes {
 		if h == nil {
@@ -389,7 +397,46 @@ func (r *RedLock) hold(base context.Context, holds []*hold, taken []bool, token 
 	}
 	rctx = context.WithValue(rctx, redKey{r.id}, rh)
 	rh.ctx = fencing.WithToken(rctx, token)
+	if base.Done() != nil {
+		rh.stopLife = context.AfterFunc(base, func() { r.parentEnded(rh) })
+	}
 	return rh.ctx
+}
+
+// parentEnded releases the RedLock acquisition rh because the context it was
+// taken with ended, as its final Unlock would: the nodes it took release
+// themselves (tieToParent); the levels it added to node locks that context
+// held already are released here.
+func (r *RedLock) parentEnded(rh *redHold) {
+	rh.mu.Lock()
+	final := rh.levels > 0
+	rh.levels = 0
+	rh.ended = rh.ended || final
+	rh.mu.Unlock()
+	if !final {
+		return
+	}
+	for i, h := range rh.nodes {
+		if h == nil || !rh.carried[i] {
+			continue
+		}
+		c := r.clients[i]
+		c.refAgain(h)
+		_ = h.enter(context.Background())
+		if c.stillHeld(h) {
+			ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
+			_ = c.releaseLevel(ctx, h)
+			cancel()
+		}
+		h.leave()
+		c.unref(h)
+	}
+	for _, stop := range rh.stops {
+		stop()
+	}
+	if rh.expire != nil {
+		rh.expire()
+	}
 }
 
 // A nodeResult is the outcome of one node's call.
@@ -474,7 +521,11 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	}
 	rh.mu.Lock()
 	if rh.levels == 0 {
+		ended := rh.ended
 		rh.mu.Unlock()
+		if ended {
+			return nil // released when the context it was taken with ended
+		}
 		return wrap(r.name, ErrNotHeld)
 	}
 	rh.levels--
@@ -482,6 +533,9 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	rh.mu.Unlock()
 	if !final {
 		return nil
+	}
+	if rh.stopLife != nil {
+		rh.stopLife()
 	}
 	for _, stop := range rh.stops {
 		stop()

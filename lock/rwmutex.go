@@ -51,12 +51,18 @@ type RWMutex struct {
 	key      string
 	keys     []string // hash, readers, writers, channel
 	wkeys    []string // keys + token counter
+	rk, wk   any      // the context keys of its read and write holds (see heldKey)
 	checkErr error
 	read     readKind
 	write    writeKind
 }
 
-type readKind struct{ rw *RWMutex }
+// readKind is the kind of read holds. over is the write field of the hold a
+// downgrade takes its read hold under; empty otherwise.
+type readKind struct {
+	rw   *RWMutex
+	over string
+}
 type writeKind struct{ rw *RWMutex }
 
 // RWMutex returns the reader/writer lock called name. It does no I/O; an
@@ -77,6 +83,7 @@ func (c *Client) RWMutex(name string) *RWMutex {
 	}
 	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key)}
 	rw.wkeys = append(append([]string{}, rw.keys...), derived(tokenPrefix, rw.key))
+	rw.rk, rw.wk = c.holdKey(rw.key, reader), c.holdKey(rw.key, writer)
 	return rw
 }
 
@@ -105,6 +112,8 @@ func (rw *RWMutex) usable() error {
 // and returns the context that holds it (see Mutex.Lock). It waits while a
 // writer holds the lock, and also while a writer waits for it, unless ctx
 // already holds the read lock (a re-entry) or the write lock (a downgrade).
+// The read hold ends with ctx (see Mutex.Lock); a downgrade's read hold ends
+// with the context the write lock was taken with.
 func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return rw.rlock(ctx, -1, opts)
 }
@@ -123,17 +132,16 @@ func (rw *RWMutex) rlock(ctx context.Context, wait time.Duration, opts []LockOpt
 	if err := rw.usable(); err != nil {
 		return ctx, err
 	}
-	if ctx != nil && ctx.Err() == nil {
+	k := &rw.read
+	if ctx != nil && ctx.Err() == nil && heldBy(ctx, rw.rk) == nil {
 		// A downgrade: the read hold must outlive the write lock, so its
 		// context descends from the one the write lock was taken with.
-		if owner, ok := rw.c.owner(ctx); ok && !rw.c.isHeld(holdID{rw.key, reader, owner}) {
-			if wh := rw.c.refHeld(holdID{rw.key, writer, owner}); wh != nil {
-				ctx = wh.parent
-				rw.c.unref(wh)
-			}
+		if wh := rw.c.heldVia(ctx, rw.wk); wh != nil {
+			ctx = wh.parent
+			k = &readKind{rw: rw, over: wh.field}
 		}
 	}
-	return rw.c.acquire(ctx, &rw.read, rw.key, reader, rw.name, wait, opts)
+	return rw.c.acquire(ctx, k, rw.key, reader, rw.rk, rw.name, wait, opts)
 }
 
 // RUnlock releases one level of the read hold of ctx, as Mutex.Unlock does.
@@ -142,13 +150,14 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 	if err := rw.usable(); err != nil {
 		return err
 	}
-	return rw.c.unlock(ctx, rw.key, reader, rw.name)
+	return rw.c.unlock(ctx, rw.rk, rw.name)
 }
 
 // Lock acquires the write lock, waiting as long as it takes or until ctx
 // ends, and returns the context that holds it (see Mutex.Lock); from the
 // moment it waits, new readers wait too. If ctx holds a read hold of this
-// lock, Lock returns ErrUpgrade at once.
+// lock and not the write lock, Lock returns ErrUpgrade at once. The write
+// hold ends with ctx (see Mutex.Lock).
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return rw.lock(ctx, -1, opts)
 }
@@ -167,13 +176,10 @@ func (rw *RWMutex) lock(ctx context.Context, wait time.Duration, opts []LockOpti
 	if err := rw.usable(); err != nil {
 		return ctx, err
 	}
-	if ctx != nil {
-		if owner, ok := rw.c.owner(ctx); ok &&
-			rw.c.isHeld(holdID{rw.key, reader, owner}) && !rw.c.isHeld(holdID{rw.key, writer, owner}) {
-			return ctx, wrap(rw.name, ErrUpgrade)
-		}
+	if ctx != nil && rw.c.heldVia(ctx, rw.rk) != nil && heldBy(ctx, rw.wk) == nil {
+		return ctx, wrap(rw.name, ErrUpgrade)
 	}
-	return rw.c.acquire(ctx, &rw.write, rw.key, writer, rw.name, wait, opts)
+	return rw.c.acquire(ctx, &rw.write, rw.key, writer, rw.wk, rw.name, wait, opts)
 }
 
 // Unlock releases one level of the write hold of ctx, as Mutex.Unlock does.
@@ -183,7 +189,7 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 	if err := rw.usable(); err != nil {
 		return err
 	}
-	return rw.c.unlock(ctx, rw.key, writer, rw.name)
+	return rw.c.unlock(ctx, rw.wk, rw.name)
 }
 
 // leaseArgs returns a hold's lease for a first acquisition and for a
@@ -202,7 +208,7 @@ func readerField(writeField string) string { return strings.TrimSuffix(writeFiel
 func (k *readKind) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
 	rw := k.rw
 	lease, _ := leaseArgs(h)
-	vals, err := readAcquireScript.Run(ctx, via, rw.keys, lease, h.field, h.field+":write", 0, rw.c.publish).Int64Slice()
+	vals, err := readAcquireScript.Run(ctx, via, rw.keys, lease, h.field, k.writeField(h), 0, rw.c.publish).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -220,11 +226,21 @@ func (k *readKind) attempt(ctx context.Context, via redis.Scripter, h *hold) (bo
 func (k *readKind) reenter(ctx context.Context, h *hold) (bool, error) {
 	rw := k.rw
 	_, lease := leaseArgs(h)
-	vals, err := rw.c.run(ctx, readAcquireScript, rw.keys, lease, h.field, h.field+":write", h.levels, rw.c.publish).Int64Slice()
+	vals, err := rw.c.run(ctx, readAcquireScript, rw.keys, lease, h.field, k.writeField(h), h.levels, rw.c.publish).Int64Slice()
 	if err != nil {
 		return false, err
 	}
 	return len(vals) == 2 && vals[0] == 1, nil
+}
+
+// writeField is the write field under which a first read hold is granted
+// while the lock is write-held: the downgraded write hold's, or for other
+// read holds a field no writer has.
+func (k *readKind) writeField(h *hold) string {
+	if k.over != "" {
+		return k.over
+	}
+	return h.field + ":write"
 }
 
 func (k *readKind) release(ctx context.Context, h *hold) (int64, error) {

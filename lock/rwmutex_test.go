@@ -165,10 +165,15 @@ func TestRWMutex_ReentryDowngradeAndUpgrade(t *testing.T) {
 	if _, err := other.TryRLock(bg, 0); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("another reader got in while the write lock is held: %v", err)
 	}
-	// While it holds the write lock, re-entering it is fine.
-	w3, err := rw.Lock(r1)
+	// The read hold's context descends from the context the write lock was
+	// taken with, not from the write lock's: asking it for the write lock
+	// is an upgrade. The write lock's own contexts re-enter it.
+	if _, err := rw.TryLock(r1, 0); !errors.Is(err, lock.ErrUpgrade) {
+		t.Fatalf("write lock from the downgraded context = %v, want ErrUpgrade", err)
+	}
+	w3, err := rw.Lock(w2)
 	if err != nil {
-		t.Fatalf("write re-entry from the downgraded context: %v", err)
+		t.Fatalf("write re-entry under the downgrade: %v", err)
 	}
 	for _, c := range []context.Context{w3, w2, w1} {
 		if err := rw.Unlock(c); err != nil {

@@ -23,7 +23,9 @@ const semChannelPrefix = "redisson_sc"
 // publish on Redisson's semaphore channel "redisson_sc:{<name>}".
 //
 // A permit is reentrant through the context Acquire returns: acquiring again
-// with it takes no second permit, and each Acquire needs its own Release. It
+// with it takes no second permit, and each Acquire needs its own Release.
+// Ownership is per hold: goroutines that share a request context but not the
+// permit's own context take a permit each. It
 // carries no fencing token (its holders are not exclusive); the context keeps
 // the token of any exclusive lock it descends from.
 //
@@ -39,6 +41,7 @@ type Semaphore struct {
 	key      string
 	permits  int
 	keys     []string // sorted set, channel
+	hk       any      // the context key of its permits (see heldKey)
 	checkErr error
 }
 
@@ -57,6 +60,7 @@ func (c *Client) Semaphore(name string, permits int) *Semaphore {
 			s.key = c.key(name)
 			if s.checkErr = checkName(s.key); s.checkErr == nil {
 				s.keys = []string{s.key, derived(semChannelPrefix, s.key)}
+				s.hk = c.holdKey(s.key, permit)
 			}
 		}
 	}
@@ -95,7 +99,9 @@ func (s *Semaphore) usable() error {
 // Acquire takes a permit, waiting as long as it takes or until ctx ends, and
 // returns the context that holds it: it is cancelled with cause ErrLost if
 // the permit is lost while held. If ctx holds a permit of this semaphore
-// already, Acquire re-enters it at once.
+// already (it descends from an Acquire of it), Acquire re-enters it at once.
+// The permit never outlives ctx: when ctx ends it is given back as Release
+// would, and a Release that comes later returns nil.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return s.acquire(ctx, -1, opts)
 }
@@ -114,7 +120,7 @@ func (s *Semaphore) acquire(ctx context.Context, wait time.Duration, opts []Lock
 	if err := s.usable(); err != nil {
 		return ctx, err
 	}
-	return s.c.acquire(ctx, s, s.key, permit, s.name, wait, opts)
+	return s.c.acquire(ctx, s, s.key, permit, s.hk, s.name, wait, opts)
 }
 
 // Release releases one level of the permit held by ctx; the last level gives
@@ -124,7 +130,7 @@ func (s *Semaphore) Release(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	return s.c.unlock(ctx, s.key, permit, s.name)
+	return s.c.unlock(ctx, s.hk, s.name)
 }
 
 // The Semaphore is the kind of its permits.

@@ -85,6 +85,9 @@ func (s *Service) buy(c *gin.Context) {
 		ginmw.Abort(c, http.StatusConflict, "sold_out")
 		return
 	}
+	if f := s.afterRead.Load(); f != nil {
+		(*f)()
+	}
 
 	s.pause()
 

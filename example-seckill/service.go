@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -101,6 +102,11 @@ type Service struct {
 	stale  *prometheus.CounterVec
 
 	engine *gin.Engine
+
+	// afterRead, when set, runs in a purchase right after the stock was
+	// read: tests act there as an older lock holder writing between the
+	// purchase's read and its write.
+	afterRead atomic.Pointer[func()]
 }
 
 // NewService builds an instance on rdb and db (db with gormplugin

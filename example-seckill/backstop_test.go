@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
 
+	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/guard"
 	"github.com/seckillguard/seckillguard/internal/faults"
 	"github.com/seckillguard/seckillguard/internal/testenv"
@@ -100,5 +104,46 @@ func TestService_PurchaseWhoseCommitAnswerIsLostIsNeitherRefusedNorDuplicated(t 
 				t.Errorf("stock %d and %d orders after the retry, want 4 and 1", left, n)
 			}
 		})
+	}
+}
+
+// TestService_ClaimRefusesAnOlderHolderBetweenTheReadAndTheWrite: a
+// purchase claims the product row before it reads the stock, so an older
+// lock holder that has not yet been told of its loss (token between the
+// row's fence and the purchase's) cannot write between the purchase's read
+// and its write; without the claim its write would be accepted and then
+// overwritten by stock = read - 1, a unit sold twice.
+func TestService_ClaimRefusesAnOlderHolderBetweenTheReadAndTheWrite(t *testing.T) {
+	t.Parallel()
+	b, _ := realServers(t)
+	ins, db := cluster(t, b, testConfig(t, ModeGuard), 1)
+	in := ins[0]
+	const sku = "sku-claim"
+	putProduct(t, in, sku, 10)
+	var before Product
+	if err := db.Where("sku = ?", sku).Take(&before).Error; err != nil {
+		t.Fatal(err)
+	}
+	older := fencing.Token(before.Fence) + 1 // newer than the row, older than any purchase's token
+
+	var olderErr error
+	hook := func() {
+		ctx := fencing.WithToken(context.Background(), older)
+		olderErr = db.WithContext(ctx).Model(&Product{}).Where("sku = ?", sku).Update("stock", gorm.Expr("stock - 1")).Error
+	}
+	in.svc.afterRead.Store(&hook)
+	a := buyAt(t, in, sku, "u1", "")
+	in.svc.afterRead.Store(nil)
+	if a.status != http.StatusCreated {
+		t.Fatalf("purchase: %v", a)
+	}
+	if olderErr == nil {
+		t.Fatalf("the older holder's write (token %d) was accepted between the purchase's read and its write; stock now %d with %d orders", older, stockOf(t, db, sku), len(ordersOf(t, db, sku)))
+	}
+	if !errors.Is(olderErr, fencing.ErrStale) {
+		t.Fatalf("the older holder's write: %v, want refused as stale", olderErr)
+	}
+	if left, n := stockOf(t, db, sku), len(ordersOf(t, db, sku)); left != 9 || n != 1 {
+		t.Errorf("stock %d and %d orders, want 9 and 1", left, n)
 	}
 }

@@ -48,8 +48,9 @@ var (
 	// majority was lost (it then wraps ErrLost too).
 	ErrNoQuorum = errors.New("lock: no quorum")
 
-	// ErrInvalid reports bad input: a nil Redis client, an empty or malformed
-	// lock name, a negative wait, a lease or timeout that is not positive.
+	// ErrInvalid reports bad input: a nil Redis client or context, an empty
+	// or malformed lock name, a negative wait, a lease or timeout that is not
+	// positive.
 	ErrInvalid = errors.New("lock: invalid argument")
 )
 
@@ -67,6 +68,14 @@ type nameError struct {
 
 func (e *nameError) Error() string { return "lock " + strconv.Quote(e.name) + ": " + e.err.Error() }
 func (e *nameError) Unwrap() error { return e.err }
+
+// noContext is the error of an operation on the lock called name that was
+// given a nil context: bad input, never a panic.
+func noContext(name string) error {
+	return wrap(name, errNilContext)
+}
+
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalid)
 
 // ctxErr reports why ctx ended. errors.Is(err, context.Canceled) and
 // errors.Is(err, context.DeadlineExceeded) keep working, and a custom cause

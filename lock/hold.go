@@ -335,7 +335,7 @@ func (h *hold) levelContext(ctx context.Context) context.Context {
 // way every single-key lock type locks. wait < 0 waits without bound.
 func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
 	if ctx == nil {
-		return ctx, wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
+		return ctx, noContext(name)
 	}
 	lo := c.lockOptions(opts)
 	if lo.err != nil {
@@ -533,7 +533,7 @@ func lostHold(h *hold) error {
 // every single-key lock type unlocks.
 func (c *Client) unlock(ctx context.Context, hk any, name string) error {
 	if ctx == nil {
-		return wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
+		return noContext(name)
 	}
 	h := heldBy(ctx, hk)
 	if h == nil {

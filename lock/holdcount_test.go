@@ -32,13 +32,13 @@ func TestHoldCount_IsZeroAfterTheFinalUnlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Mutex(name+":fair").HoldCount(ctx); n != 1 || err != nil {
+	if n, err := c.Mutex(name + ":fair").HoldCount(ctx); n != 1 || err != nil {
 		t.Fatalf("FairMutex: HoldCount = %d, %v; want 1", n, err)
 	}
 	if err := f.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Mutex(name+":fair").HoldCount(ctx); n != 0 || err != nil {
+	if n, err := c.Mutex(name + ":fair").HoldCount(ctx); n != 0 || err != nil {
 		t.Fatalf("FairMutex: HoldCount after the final Unlock = %d, %v; want 0, nil", n, err)
 	}
 

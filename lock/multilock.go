@@ -176,7 +176,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	}
 	c := ml.c
 	if ctx == nil {
-		return ctx, wrap(ml.label, fmt.Errorf("%w: nil context", ErrInvalid))
+		return ctx, noContext(ml.label)
 	}
 	lo := c.lockOptions(opts)
 	if lo.err != nil {
@@ -553,7 +553,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	}
 	c := ml.c
 	if ctx == nil {
-		return wrap(ml.label, fmt.Errorf("%w: nil context", ErrInvalid))
+		return noContext(ml.label)
 	}
 	mh, _ := ctx.Value(multiKey{c, ml.id}).(*multiHold)
 	if mh == nil {

@@ -272,6 +272,9 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := m.usable(); err != nil {
 		return false, err
 	}
+	if ctx == nil {
+		return false, noContext(m.name)
+	}
 	n, err := m.c.rdb.Exists(ctx, m.key).Result()
 	if err != nil {
 		return false, wrap(m.name, err)
@@ -291,7 +294,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 // holdCount answers HoldCount for the holds of the exclusive role on key.
 func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, error) {
 	if ctx == nil {
-		return 0, wrap(name, fmt.Errorf("%w: nil context", ErrInvalid))
+		return 0, noContext(name)
 	}
 	h := c.heldVia(ctx, hk)
 	if h == nil {
@@ -316,6 +319,9 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	if err := m.usable(); err != nil {
 		return 0, err
 	}
+	if ctx == nil {
+		return 0, noContext(m.name)
+	}
 	d, err := m.c.rdb.PTTL(ctx, m.key).Result()
 	if err != nil {
 		return 0, wrap(m.name, err)
@@ -333,6 +339,9 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.usable(); err != nil {
 		return false, err
+	}
+	if ctx == nil {
+		return false, noContext(m.name)
 	}
 	n, err := m.c.run(ctx, forceUnlockScript, m.relKeys, m.c.publish).Int64()
 	if err != nil {

@@ -193,7 +193,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		return ctx, err
 	}
 	if ctx == nil {
-		return ctx, wrap(r.name, fmt.Errorf("%w: nil context", ErrInvalid))
+		return ctx, noContext(r.name)
 	}
 	// The Clients' own WithReplicaAck defaults do not apply: the nodes of
 	// a RedLock are independent masters. Asking for it here is a mistake.
@@ -510,7 +510,7 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	// A closed Client's node was given up when it closed (it counts as
 	// lost); the others are still released.
 	if ctx == nil {
-		return wrap(r.name, fmt.Errorf("%w: nil context", ErrInvalid))
+		return noContext(r.name)
 	}
 	rh, _ := ctx.Value(redKey{r.id}).(*redHold)
 	if rh == nil {

@@ -310,23 +310,29 @@ func (s *subscriber) close() {
 	}
 }
 
-// resubscribe drops the subscription cs of channel's queue, if it still uses
-// it, and wakes the head waiter, which subscribes anew when it has to wait.
+// resubscribe drops the subscription cs of channel's queues (see laned)
+// that still use it, and wakes their head waiters, which subscribe anew when
+// they have to wait.
 func (c *Client) resubscribe(channel string, cs *chanSub) {
 	c.qmu.Lock()
-	q := c.queues[channel]
-	if q == nil || q.sub != cs {
-		c.qmu.Unlock()
-		return
-	}
-	q.sub = nil
-	if len(q.waiters) > 0 {
-		h := q.waiters[0]
-		h.tryNow = true
-		signal(h)
+	drops := 0
+	for _, lane := range lanes {
+		q := c.queues[channel+lane]
+		if q == nil || q.sub != cs {
+			continue
+		}
+		q.sub = nil
+		drops++
+		if len(q.waiters) > 0 {
+			h := q.waiters[0]
+			h.tryNow = true
+			signal(h)
+		}
 	}
 	c.qmu.Unlock()
-	c.subs.release(cs)
+	for ; drops > 0; drops-- {
+		c.subs.release(cs)
+	}
 }
 
 // backgroundContext returns a context for the Client's own Redis calls:

@@ -17,6 +17,7 @@ import (
 // per waiting goroutine, and a goroutine that just unlocked cannot overtake
 // the ones already waiting.
 type waitQueue struct {
+	name    string // its key in Client.queues: the channel, and the lane if any (see laned)
 	channel string
 	waiters []*waiter
 	sub     *chanSub // the unlock channel's subscription, taken by the first head that needs it
@@ -70,10 +71,31 @@ const turnStagger = 200 * time.Microsecond
 // escaped it.
 const yieldDelay = time.Millisecond
 
+// A laned kind lines its waiters up in a queue of their own, apart from the
+// other waiters of the same channel; every message on the channel wakes the
+// head of each lane. Its waiters enlist: a failed attempt takes the owner's
+// place in a wait line in Redis, so a waiter tries at once when it becomes
+// head, to take that place while the waiter before it holds the lock.
+type laned interface {
+	kind
+	lane() string
+}
+
+// writersLane is the lane of an RWMutex's writers (writeKind). They wait on
+// the channel of its readers but not behind them: only a queue's head tries,
+// and a writer must be in the writers' line in Redis from the moment it
+// waits, or the readers that arrive after it (in other Clients) keep it out.
+const writersLane = "\x00writers"
+
+// lanes are the suffixes of the queue names of a channel: "" for the kinds
+// without a lane.
+var lanes = [...]string{"", writersLane}
+
 // A waiter is one goroutine in a waitQueue.
 type waiter struct {
 	notify chan struct{} // capacity 1: "look at your state again"
 	shared bool          // waits for a lock several owners may hold at once
+	enlist bool          // its attempts take a place in a wait line in Redis (see laned)
 
 	// Guarded by Client.qmu.
 	head   bool
@@ -140,10 +162,14 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 		}
 	}
 	var prober handing // the kind that probes: a hold's that can hand over
+	queue, enlist := s.channel, false
 	if s.h != nil {
 		prober, _ = s.h.kind.(handing)
+		if l, ok := s.h.kind.(laned); ok {
+			queue, enlist = s.channel+l.lane(), true
+		}
 	}
-	if wait == 0 || !c.queued(s.channel) {
+	if wait == 0 || !c.queued(queue) {
 		// Nobody of this Client is waiting: try at once, without queueing.
 		ok, _, err := try(ctx)
 		if err != nil || ok {
@@ -164,7 +190,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	timer.Stop()
 	defer timer.Stop()
 
-	q, w := c.join(s.channel, s.shared, s.h)
+	q, w := c.join(queue, s.channel, s.shared, enlist, s.h)
 	acquired := false
 	defer func() { c.leaveQueue(q, w, acquired, s.lease) }()
 	// giveUp ends the wait with err, unless the lock was handed over
@@ -431,24 +457,25 @@ func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.T
 	signal(w)
 }
 
-// queued reports whether goroutines of this Client wait on channel.
-func (c *Client) queued(channel string) bool {
+// queued reports whether goroutines of this Client wait in the queue name.
+func (c *Client) queued(name string) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	q := c.queues[channel]
+	q := c.queues[name]
 	return q != nil && len(q.waiters) > 0
 }
 
-// join appends a waiter to channel's queue. A waiter that is head at once
-// tries at once (after subscribing: see waitFor).
-func (c *Client) join(channel string, shared bool, h *hold) (*waitQueue, *waiter) {
-	w := &waiter{notify: make(chan struct{}, 1), shared: shared, bound: -1, h: h}
+// join appends a waiter to the queue name, woken by the messages on channel.
+// A waiter that is head at once tries at once (after subscribing: see
+// waitFor).
+func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*waitQueue, *waiter) {
+	w := &waiter{notify: make(chan struct{}, 1), shared: shared, enlist: enlist, bound: -1, h: h}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	q := c.queues[channel]
+	q := c.queues[name]
 	if q == nil {
-		q = &waitQueue{channel: channel}
-		c.queues[channel] = q
+		q = &waitQueue{name: name, channel: channel}
+		c.queues[name] = q
 	}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
@@ -458,9 +485,10 @@ func (c *Client) join(channel string, shared bool, h *hold) (*waitQueue, *waiter
 }
 
 // leaveQueue removes w from q. If w was head, the next waiter becomes head:
-// it tries at once if w gave up (w may have swallowed an unlock message) or
-// if both share the lock, or else waits for the unlock message of the holder
-// w became, at most lease.
+// it tries at once if w gave up (w may have swallowed an unlock message), if
+// both share the lock, or if it enlists (its attempt takes its place in line
+// in Redis), or else waits for the unlock message of the holder w became, at
+// most lease.
 func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Duration) {
 	c.qmu.Lock()
 	var release *chanSub
@@ -473,7 +501,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 	if w.head && len(q.waiters) > 0 {
 		next := q.waiters[0]
 		next.head = true
-		if acquired && !(w.shared && next.shared) {
+		if acquired && !(w.shared && next.shared) && !next.enlist {
 			next.bound = lease
 		} else {
 			next.tryNow = true
@@ -481,7 +509,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 		signal(next)
 	}
 	if len(q.waiters) == 0 {
-		delete(c.queues, q.channel)
+		delete(c.queues, q.name)
 		release, q.sub = q.sub, nil
 	}
 	c.qmu.Unlock()
@@ -508,7 +536,8 @@ func (c *Client) deliver(channel string) {
 	}
 }
 
-// wakeHead makes the head of channel's queue try again. The caller holds qmu.
+// wakeHead makes the head of each of channel's queues (see laned) try
+// again. The caller holds qmu.
 //
 // After an unlock message that ended another Client's turn, the head of a
 // Client that has had a turn lately lets those that waited longer go first
@@ -516,7 +545,13 @@ func (c *Client) deliver(channel string) {
 // that, by the turns it has heard end since its own, is still due before
 // it, and then only if a look shows the lock free.
 func (c *Client) wakeHead(channel string) {
-	q := c.queues[channel]
+	for _, lane := range lanes {
+		c.wakeQueue(c.queues[channel+lane])
+	}
+}
+
+// wakeQueue makes the head of q, if any, try again: see wakeHead.
+func (c *Client) wakeQueue(q *waitQueue) {
 	if q == nil || len(q.waiters) == 0 {
 		return
 	}

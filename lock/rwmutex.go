@@ -24,10 +24,13 @@ const (
 // counting the writer's), but it behaves differently where Redisson's users
 // get hurt, and must not be shared with Redisson's RReadWriteLock:
 //
-//   - It prefers writers: once a writer waits, new readers wait behind it,
+//   - It prefers writers: once a writer waits, new readers wait behind it
+//     (even while the lock is free, until the woken writer has taken it),
 //     so a steady stream of readers cannot starve a writer. (Owners that
 //     already hold a read lock may still re-enter it.) A stream of writers
-//     can in turn hold readers off.
+//     can in turn hold readers off. Within a Client, writers wait in a line
+//     of their own, each in the writers' line in Redis from the moment it
+//     waits, not behind the Client's readers.
 //   - Each read hold has a lease of its own, renewed by the watchdog for
 //     its holder only; a reader that crashed drops out when its lease ends,
 //     however many other readers come and go.
@@ -326,5 +329,6 @@ func (k *writeKind) renewal(h *hold) (*redis.Script, []string, []any) {
 }
 
 func (k *writeKind) channel(*hold) string { return k.rw.keys[3] }
+func (k *writeKind) lane() string         { return writersLane }
 func (k *writeKind) shared() bool         { return false }
 func (k *writeKind) tokens() bool         { return true }

@@ -369,3 +369,54 @@ func TestRWMutex_RejectsBadInput(t *testing.T) {
 		t.Fatalf("bad input created %v keys", n)
 	}
 }
+
+// A writer waiting in line keeps new readers out even in the moment the lock
+// is free: between the last reader's release and the woken writer's attempt a
+// new reader must not slip in.
+func TestRWMutex_FreeLockWithAWaitingWriterAdmitsNoNewReader(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 3)
+	name := lockName(t)
+	_, writers := rwKeys(name)
+	bg := context.Background()
+	const rounds = 30
+	won := 0
+	for i := 0; i < rounds; i++ {
+		r, err := cs[0].RWMutex(name).RLock(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote, done := make(chan error, 1), make(chan struct{})
+		go func() {
+			w, err := cs[1].RWMutex(name).TryLock(bg, 5*time.Second)
+			if err == nil {
+				<-done // held until the reader has tried
+				err = cs[1].RWMutex(name).Unlock(w)
+			}
+			wrote <- err
+		}()
+		eventually(t, 5*time.Second, "writer in line", func() bool { return srv.Do("ZCARD", writers) == int64(1) })
+		if err := cs[0].RWMutex(name).RUnlock(r); err != nil {
+			t.Fatal(err)
+		}
+		// The lock is free now, the writer woken but not yet in.
+		if late, err := cs[2].RWMutex(name).TryRLock(bg, 0); err == nil {
+			won++
+			cs[2].RWMutex(name).RUnlock(late)
+		} else if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		close(done)
+		if err := <-wrote; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if won > 0 {
+		t.Fatalf("a reader arriving after a waiting writer got the free lock first in %d of %d rounds", won, rounds)
+	}
+}
+
+// rwKeys returns the Redis keys of an RWMutex's read leases and writers' line.
+func rwKeys(name string) (readers, writers string) {
+	return "seckillguard_rwlock_readers:{" + name + "}", "seckillguard_rwlock_writers:{" + name + "}"
+}

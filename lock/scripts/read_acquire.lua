@@ -8,10 +8,12 @@
 --             (0 for a first acquisition); makes resent calls harmless
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 --
--- A first read hold is granted when the lock is free, when it is read-held
--- and no writer waits, or when the owner holds the write lock (downgrade).
--- Re-entries are always granted, even with writers waiting: the owner's
--- hold keeps them waiting anyway, and refusing would deadlock it.
+-- A first read hold is granted when the lock is free or read-held and no
+-- writer waits, or when the owner holds the write lock (downgrade). A free
+-- lock with a writer in line waits for that writer: it was woken by the
+-- release that freed the lock, and a reader arriving in between must not
+-- take its turn. Re-entries are always granted, even with writers waiting:
+-- the owner's hold keeps them waiting anyway, and refusing would deadlock it.
 --
 -- Returns {1, 0}     acquired
 --         {0, wait}  refused; wait: how long to wait for a wake-up at most (ms)
@@ -46,8 +48,7 @@ if mode == false and redis.call('exists', KEYS[1]) == 1 then
   -- wait for it like for a writer.
   return {0, wait_bound(false)}
 end
-if mode == false
-  or (mode == 'read' and redis.call('zcard', KEYS[3]) == 0)
+if (mode ~= 'write' and redis.call('zcard', KEYS[3]) == 0)
   or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
   if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'read')
@@ -56,4 +57,4 @@ if mode == false
   extend()
   return {1, 0}
 end
-return {0, wait_bound(mode == 'read')}
+return {0, wait_bound(mode ~= 'write')}

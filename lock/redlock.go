@@ -27,7 +27,10 @@ import (
 //     releases every node it may have taken and waits, for an unlock
 //     message from any node or the shortest remaining lease, with a random
 //     delay after a split vote so that contenders do not collide forever.
-//   - While held, each node is renewed by its own Client's watchdog; a node
+//   - While held, each node is renewed by its own Client's watchdog, and
+//     without WithLease each node's lease is its own Client's watchdog
+//     timeout, so that the renewals of every node come at a third of the
+//     lease they extend whatever the other Clients' timeouts; a node
 //     whose renewals fail until its lease ends is lost, and when fewer than
 //     a majority remain the RedLock's context is cancelled with a cause
 //     matching both ErrLost and ErrNoQuorum. With WithLease it ends after
@@ -172,8 +175,9 @@ func (r *RedLock) TryLock(ctx context.Context, wait time.Duration, opts ...LockO
 	return r.acquire(ctx, wait, opts)
 }
 
-// timing returns the lease a RedLock acquisition sends, each node call's
-// timeout and the clock drift allowance.
+// timing returns the lease a RedLock acquisition is valid for (the shortest
+// lease of its nodes: see nodeLease), each node call's timeout and the clock
+// drift allowance.
 func (r *RedLock) timing(lo lockOptions) (lease, nodeTimeout, drift time.Duration) {
 	lease = lo.lease
 	if lease <= 0 {
@@ -186,6 +190,16 @@ func (r *RedLock) timing(lo lockOptions) (lease, nodeTimeout, drift time.Duratio
 	nodeTimeout = min(max(lease/10, 50*time.Millisecond), time.Second)
 	drift = lease/100 + 2*time.Millisecond
 	return lease, nodeTimeout, drift
+}
+
+// nodeLease returns the lease of node i: the fixed lease when there is one,
+// else the watchdog timeout of the node's Client, which renews it every third
+// of that.
+func (r *RedLock) nodeLease(i int, lo lockOptions) time.Duration {
+	if lo.lease > 0 {
+		return lo.lease
+	}
+	return r.clients[i].opts.watchdogTimeout
 }
 
 func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
@@ -261,8 +275,11 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		taken  []bool
 		token  fencing.Token
 		split  bool
-		leaseS = strconv.FormatInt(lease.Milliseconds(), 10)
+		leases = make([]string, len(r.clients))
 	)
+	for i := range r.clients {
+		leases[i] = strconv.FormatInt(r.nodeLease(i, lo).Milliseconds(), 10)
+	}
 	try := func(ctx context.Context) (bool, time.Duration, error) {
 		if split {
 			// A split vote: wait a random moment so that contenders that
@@ -277,7 +294,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		start = time.Now()
 		res := r.each(ctx, nodeTimeout, func(ctx context.Context, i int) (any, error) {
 			h := holds[i]
-			n, err := acquireScript.Run(ctx, r.clients[i].rdb, r.nodes[i].keys, leaseS, h.field, h.levels).Int64()
+			n, err := acquireScript.Run(ctx, r.clients[i].rdb, r.nodes[i].keys, leases[i], h.field, h.levels).Int64()
 			return acquireReply(n), err
 		})
 		taken = make([]bool, len(r.clients))
@@ -371,7 +388,7 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 		}
 		h.kind = r.nodes[i]
 		h.fixed = lo.lease > 0
-		h.lease = lease
+		h.lease = r.nodeLease(i, lo)
 		h.token = token
 		r.clients[i].establish(base, h, start)
 		r.clients[i].tieToParent(h)

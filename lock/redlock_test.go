@@ -319,3 +319,60 @@ func TestRedLock_UnlockAfterANodesClientClosedReleasesTheRest(t *testing.T) {
 		}
 	}
 }
+
+// A RedLock over Clients with different watchdog timeouts keeps every node
+// renewed within the lease that node was given: held for several leases of
+// the shortest timeout without a fault, it is neither lost nor taken by
+// another RedLock.
+func TestRedLock_ClientsWithDifferentWatchdogTimeoutsKeepEveryNode(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	process := func() []*lock.Client {
+		out := make([]*lock.Client, len(nodes))
+		for i := range nodes {
+			timeout := 3 * time.Second
+			if i == 0 {
+				timeout = 600 * time.Millisecond
+			}
+			out[i] = redLockProcess(t, nodes[i:i+1], lock.WithWatchdogTimeout(timeout))[0]
+		}
+		return out
+	}
+	pa, pb := process(), process()
+	// A lease of 600ms gives each node call 60ms: connect and load the
+	// scripts first, so that a slow first call is not taken for an outage.
+	for _, p := range [][]*lock.Client{pa, pb} {
+		warm := lock.NewRedLock(name+":warm", p...)
+		for try := 0; ; try++ {
+			ctx, err := warm.TryLock(context.Background(), 0)
+			if err == nil {
+				warm.Unlock(ctx)
+				break
+			}
+			if try == 20 {
+				t.Fatal(err)
+			}
+		}
+	}
+	a, b := lock.NewRedLock(name, pa...), lock.NewRedLock(name, pb...)
+	ctx, err := a.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second) // more than three leases of 600ms
+	for time.Now().Before(deadline) {
+		if ctx.Err() != nil {
+			t.Fatalf("lost without a fault: %v", context.Cause(ctx))
+		}
+		if bctx, err := b.TryLock(context.Background(), 0); err == nil {
+			b.Unlock(bctx)
+			t.Fatalf("another RedLock got a majority while the first holds (first told: %v)", ctx.Err() != nil)
+		} else if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -27,8 +27,11 @@ import (
 // set is taken slot by slot in one global order (by slot, then by key) that
 // every MultiLock follows whatever order its names were given in, so two
 // MultiLocks over the same names never deadlock; while it waits for a later
-// slot it holds the earlier ones, and when it gives up (TryLock's wait, its
-// context, an error) it releases them.
+// slot it holds the earlier ones, renewed by the watchdog from the moment
+// each is taken, and when it gives up (TryLock's wait, its context, an
+// error) it releases them. If one of them is lost meanwhile (deleted, or a
+// WithLease lease shorter than the wait ran out), Lock releases the rest
+// and returns an error matching ErrLost.
 //
 // The context Lock returns carries one fencing token that is valid for every
 // lock of the set: it is above every token issued before for any of them,
@@ -253,6 +256,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	}
 	tokens := make([]fencing.Token, len(ml.groups))
 	starts := make([]time.Time, len(ml.groups))
+	fresh := make(map[*hold]bool, len(holds)) // holds this acquisition took first, held from their group on
 	for gi, g := range ml.groups {
 		gh := make([]*hold, len(g))
 		for i, m := range g {
@@ -268,29 +272,42 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 			return ok, retry, err
 		}
 		if err := ml.waitGroup(ctx, g, wait, deadline, gh[0].lease, try); err != nil {
-			ml.rollback(ctx, ml.groups[:gi], byKey)
+			ml.rollback(ctx, ml.groups[:gi], byKey, fresh)
 			return ctx, err
+		}
+		// The group's new locks are held from now on, renewed by the
+		// watchdog while the later groups are waited for: left alone
+		// they would expire meanwhile and be taken by someone else.
+		for _, h := range gh {
+			if h.levels == 0 {
+				h.token = tokens[gi]
+				c.establish(ctx, h, starts[gi])
+				fresh[h] = true
+			}
+		}
+	}
+	// A lock lost while a later one was waited for (deleted, or a fixed
+	// lease that ran out) fails the whole acquisition.
+	for _, h := range holds {
+		if fresh[h] && h.ctx.Err() != nil {
+			ml.rollback(ctx, ml.groups, byKey, fresh)
+			return ctx, lostHold(h)
 		}
 	}
 
 	// Raise the counters of the slots taken before the last token.
 	if len(ml.groups) > 1 {
 		if err := ml.raise(ctx, tokens, floor); err != nil {
-			ml.rollback(ctx, ml.groups, byKey)
+			ml.rollback(ctx, ml.groups, byKey, fresh)
 			return ctx, failed(ctx, ml.label, err)
 		}
 	}
 
-	for gi, g := range ml.groups {
-		for _, m := range g {
-			h := byKey[m.key]
-			if h.levels > 0 {
-				h.levels++
-				continue
-			}
-			h.token = tokens[gi]
-			c.establish(ctx, h, starts[gi])
+	for _, h := range holds {
+		if fresh[h] {
 			c.tieToParent(h)
+		} else {
+			h.levels++
 		}
 	}
 	return ml.enter(ctx, holds, carried, floor), nil
@@ -324,7 +341,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 	vals, err := multiAcquireScript.Run(ctx, via, keys, args...).Int64Slice()
 	if err != nil {
 		if outcomeUnknown(err) {
-			ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh))
+			ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh), nil)
 		}
 		return false, 0, 0, ml.failed(ctx, err)
 	}
@@ -333,7 +350,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 		case 1:
 			if conn != nil {
 				if err := c.confirmReplicas(ctx, conn, ack); err != nil {
-					ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh))
+					ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh), nil)
 					return false, 0, 0, ml.failed(ctx, err)
 				}
 			}
@@ -403,8 +420,10 @@ func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Durati
 }
 
 // rollback releases the level this acquisition added to each lock of
-// groups, which it had taken (or may have taken), slot by slot.
-func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[string]*hold) {
+// groups, which it had taken (or may have taken), slot by slot. The holds in
+// fresh, which it had established, are released in the Client whatever
+// Redis answers: what the script could not remove expires with its lease.
+func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[string]*hold, fresh map[*hold]bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	for _, g := range groups {
@@ -412,12 +431,25 @@ func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[
 		args := []any{ml.c.publish}
 		for _, m := range g {
 			h := byKey[m.key]
+			if fresh[h] {
+				// No renewal may follow the release.
+				ml.c.dog.remove(&h.renewal)
+			}
 			keys = append(keys, m.relKeys...)
-			args = append(args, h.field, h.levels+1)
+			if fresh[h] {
+				args = append(args, h.field, 1)
+			} else {
+				args = append(args, h.field, h.levels+1)
+			}
 		}
 		if err := ml.c.run(rctx, multiReleaseScript, keys, args...).Err(); err != nil {
 			ml.c.opts.logger.Warn("lock: could not roll back part of a MultiLock; it expires with its lease",
 				"locks", ml.label, "err", err)
+		}
+		for _, m := range g {
+			if h := byKey[m.key]; fresh[h] {
+				ml.c.released(h)
+			}
 		}
 	}
 }

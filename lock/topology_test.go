@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,6 +205,58 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("later token of %s = %d, not above the MultiLock's %d", n, nt, tok)
 			}
 			cs[2].Mutex(n).Unlock(c)
+		}
+	})
+
+	t.Run("MultiLockKeepsEarlierSlotsWhileWaitingForALaterOne", func(t *testing.T) {
+		const timeout = 600 * time.Millisecond
+		cs := newClients(t, 3, lock.WithWatchdogTimeout(timeout))
+		names := namesOnEveryMaster(t, rdb, lockName(t), 2)
+		sort.Slice(names, func(i, j int) bool {
+			return rdb.ClusterKeySlot(bg, names[i]).Val() < rdb.ClusterKeySlot(bg, names[j]).Val()
+		})
+		first, later := names[0], names[1] // taken in this order
+		held, err := cs[1].Mutex(later).Lock(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ctx context.Context
+			err error
+		}
+		got := make(chan result, 1)
+		ml := cs[0].MultiLock(first, later)
+		go func() {
+			ctx, err := ml.Lock(bg)
+			got <- result{ctx, err}
+		}()
+		eventually(t, 2*time.Second, "the MultiLock takes the first slot", func() bool {
+			return rdb.Exists(bg, first).Val() == 1
+		})
+		// The MultiLock waits for the later slot for three leases: the
+		// first lock must stay its own all along.
+		if ctx, err := cs[2].Mutex(first).TryLock(bg, 3*timeout); err == nil {
+			cs[2].Mutex(first).Unlock(ctx)
+			t.Fatal("another Client took a lock the waiting MultiLock had taken")
+		} else if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if err := cs[1].Mutex(later).Unlock(held); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.ctx.Err() != nil {
+			t.Fatalf("the MultiLock returned a lost hold: %v", context.Cause(r.ctx))
+		}
+		time.Sleep(timeout) // renewed together from now on
+		if r.ctx.Err() != nil {
+			t.Fatalf("lost: %v", context.Cause(r.ctx))
+		}
+		if err := ml.Unlock(r.ctx); err != nil {
+			t.Fatal(err)
 		}
 	})
 

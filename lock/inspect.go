@@ -1,0 +1,368 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// InspectLimit is the most entries Inspect reads from each line or set of a
+// lock (fair waiters, waiting writers, read leases, semaphore holders); the
+// lengths it reports are the whole ones.
+const InspectLimit = 1000
+
+var inspectScript = loadScript("inspect.lua")
+
+// A Kind names the layout a lock name has in Redis.
+type Kind string
+
+// The layouts Inspect recognises.
+const (
+	KindNone      Kind = ""          // no lock key: free
+	KindMutex     Kind = "mutex"     // Redisson's RLock hash: Mutex, FairMutex, MultiLock member, RedLock node
+	KindRWMutex   Kind = "rwmutex"   // Redisson's RReadWriteLock hash (a "mode" field)
+	KindSemaphore Kind = "semaphore" // a sorted set of permit holders
+)
+
+// An Inspection is what Redis holds for one lock name, read in one script
+// call, so its parts are one consistent snapshot. Durations are remaining
+// times by the Redis server's clock.
+type Inspection struct {
+	Name string // the name as given to Inspect
+	Key  string // its Redis key (the namespace applied)
+	Kind Kind
+	Mode string // RWMutex: "read" or "write"
+
+	// Owners are the holders: owner fields with their hold counts, readers
+	// and writer of an RWMutex, permit holders of a Semaphore.
+	Owners []Owner
+	// Lease is what is left of the lock key's expiry: 0 when it is free, -1
+	// when the key has none (nothing will ever free it but an unlock or
+	// ForceUnlock).
+	Lease time.Duration
+
+	Token    int64         // the fencing counter's value, 0 when there is none
+	TokenTTL time.Duration // its idle expiry, -1 when it has none
+
+	// Queue is a FairMutex's line, first waiter first (at most
+	// InspectLimit; QueueLen counts them all).
+	Queue    []Waiter
+	QueueLen int64
+	// Writers are an RWMutex's waiting writers, which keep new readers out
+	// (at most InspectLimit; WritersLen counts them all).
+	Writers    []Waiter
+	WritersLen int64
+
+	// Channels are the lock's unlock channels with the number of
+	// connections subscribed to each: every waiting Client of this package
+	// subscribes once per channel, however many of its goroutines wait, and
+	// so does every waiting Redisson client. A FairMutex waiter has a
+	// channel of its own. On a Cluster these are sharded channels
+	// (PUBSUB SHARDNUMSUB on the master of the lock's slot).
+	Channels []Channel
+}
+
+// Held reports whether anyone holds the lock.
+func (in *Inspection) Held() bool { return len(in.Owners) > 0 }
+
+// An Owner is one holder of a lock.
+type Owner struct {
+	// Field is the holder as Redis names it, "<clientID>:<ownerID>"
+	// (Redisson: "<connection manager id>:<thread id>"), with ":write" for
+	// an RWMutex's writer.
+	Field    string
+	ClientID string // the first part: Client.ID of the holding Client
+	OwnerID  string // the second part: the hold's owner id (Java: thread id)
+	Holds    int64  // the hold count: how many Unlocks free it
+	Write    bool   // an RWMutex's write hold
+	// Lease is the holder's own remaining lease, for read holds of an
+	// RWMutex and permits of a Semaphore (0 when the key's Lease applies).
+	Lease time.Duration
+}
+
+// A Waiter is a place in a wait line: the waiter and how long it keeps the
+// place without renewing it.
+type Waiter struct {
+	Field    string
+	ClientID string
+	OwnerID  string
+	Expires  time.Duration // time left to renew the place (negative: overdue, given away by the next acquisition)
+}
+
+// A Channel is an unlock channel and how many connections subscribe to it.
+type Channel struct {
+	Name        string
+	Subscribers int64
+}
+
+// Inspect reads what Redis holds for the lock called name (namespace
+// applied): who holds it with which hold counts, its remaining lease, its
+// fencing counter, and who waits for it. It changes nothing, holds nothing,
+// and works on single nodes, Sentinel and Cluster, for every kind of this
+// package and for locks Redisson took.
+func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	key := c.key(name)
+	if err := checkName(key); err != nil {
+		return nil, err
+	}
+	keys := []string{key, derived(tokenPrefix, key), derived(queuePrefix, key), derived(timeoutPrefix, key),
+		derived(readersPrefix, key), derived(writersPrefix, key)}
+	raw, err := c.run(ctx, inspectScript, keys, InspectLimit).Slice()
+	if err != nil {
+		return nil, wrap(name, err)
+	}
+	in, err := parseInspection(name, key, raw)
+	if err != nil {
+		return nil, wrap(name, err)
+	}
+	if err := c.countSubscribers(ctx, in); err != nil {
+		return nil, wrap(name, err)
+	}
+	return in, nil
+}
+
+// parseInspection decodes inspect.lua's reply.
+func parseInspection(name, key string, r []any) (*Inspection, error) {
+	if len(r) != 12 {
+		return nil, fmt.Errorf("inspect: reply of %d parts, want 12", len(r))
+	}
+	str := func(v any) string { s, _ := v.(string); return s }
+	num := func(v any) int64 {
+		switch x := v.(type) {
+		case int64:
+			return x
+		case string:
+			f, _ := strconv.ParseFloat(x, 64)
+			return int64(math.Round(f))
+		}
+		return 0
+	}
+	list := func(v any) []any { l, _ := v.([]any); return l }
+	now := num(r[11])
+	left := func(deadline int64) time.Duration { return time.Duration(deadline-now) * time.Millisecond }
+	in := &Inspection{Name: name, Key: key}
+	typ := str(r[0])
+	entries := list(r[2])
+	switch typ {
+	case "none":
+	case "hash":
+		in.Kind = KindMutex
+		readLease := make(map[string]time.Duration)
+		rl := list(r[8])
+		for i := 0; i+1 < len(rl); i += 2 {
+			readLease[str(rl[i])] = left(num(rl[i+1]))
+		}
+		for i := 0; i+1 < len(entries); i += 2 {
+			if str(entries[i]) == "mode" {
+				in.Kind, in.Mode = KindRWMutex, str(entries[i+1])
+			}
+		}
+		for i := 0; i+1 < len(entries); i += 2 {
+			f, v := str(entries[i]), entries[i+1]
+			if f == "mode" {
+				continue
+			}
+			var o Owner
+			if base, ok := strings.CutSuffix(f, ":write"); ok && in.Kind == KindRWMutex {
+				o = inspectedOwner(base)
+				o.Field, o.Write = f, true
+			} else {
+				o = inspectedOwner(f)
+				o.Lease = readLease[f] // 0 unless it is an RWMutex's read hold
+			}
+			o.Holds = num(v)
+			in.Owners = append(in.Owners, o)
+		}
+	case "zset":
+		in.Kind = KindSemaphore
+		for i := 0; i+1 < len(entries); i += 2 {
+			o := inspectedOwner(str(entries[i]))
+			o.Holds, o.Lease = 1, left(num(entries[i+1]))
+			in.Owners = append(in.Owners, o)
+		}
+	default:
+		return nil, fmt.Errorf("%w: key %q is a %s, not a lock", ErrInvalid, key, typ)
+	}
+	// The writer first, then the readers in field order.
+	sort.SliceStable(in.Owners, func(i, j int) bool { return in.Owners[i].Write && !in.Owners[j].Write })
+	in.Lease = remaining(num(r[1]))
+	if tok := r[3]; tok != nil {
+		in.Token = num(tok)
+	}
+	in.TokenTTL = remaining(num(r[4]))
+	deadlines := list(r[7])
+	for i, w := range list(r[5]) {
+		wt := inspectedWaiter(str(w))
+		if i < len(deadlines) && deadlines[i] != nil {
+			wt.Expires = left(num(deadlines[i]))
+		}
+		in.Queue = append(in.Queue, wt)
+	}
+	in.QueueLen = num(r[6])
+	wl := list(r[9])
+	for i := 0; i+1 < len(wl); i += 2 {
+		wt := inspectedWaiter(str(wl[i]))
+		wt.Expires = left(num(wl[i+1]))
+		in.Writers = append(in.Writers, wt)
+	}
+	in.WritersLen = num(r[10])
+	return in, nil
+}
+
+// remaining turns a PTTL reply into a remaining time: 0 for no key, -1 for
+// a key without expiry.
+func remaining(pttl int64) time.Duration {
+	switch {
+	case pttl == -2:
+		return 0
+	case pttl < 0:
+		return -1
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// inspectedOwner splits a holder field "<clientID>:<ownerID>" at its last colon.
+func inspectedOwner(field string) Owner {
+	o := Owner{Field: field}
+	if i := strings.LastIndexByte(field, ':'); i >= 0 {
+		o.ClientID, o.OwnerID = field[:i], field[i+1:]
+	}
+	return o
+}
+
+// inspectedWaiter splits a place in a line the same way; a waiting
+// writer's place is its write field "<clientID>:<ownerID>:write".
+func inspectedWaiter(field string) Waiter {
+	base, _ := strings.CutSuffix(field, ":write")
+	o := inspectedOwner(base)
+	return Waiter{Field: field, ClientID: o.ClientID, OwnerID: o.OwnerID}
+}
+
+// countSubscribers fills in the unlock channels of the lock and their
+// subscriber counts.
+func (c *Client) countSubscribers(ctx context.Context, in *Inspection) error {
+	names := []string{derived(channelPrefix, in.Key), derived(rwChannelPrefix, in.Key), derived(semChannelPrefix, in.Key)}
+	for _, w := range in.Queue {
+		names = append(names, derived(channelPrefix, in.Key)+":"+w.Field)
+	}
+	var counts map[string]int64
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		// Shard channels are known only to the nodes of their slot.
+		var node *redis.Client
+		if node, err = cc.MasterForKey(ctx, in.Key); err == nil {
+			counts, err = node.PubSubShardNumSub(ctx, names...).Result()
+		}
+	} else {
+		counts, err = c.rdb.PubSubNumSub(ctx, names...).Result()
+	}
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		in.Channels = append(in.Channels, Channel{Name: n, Subscribers: counts[n]})
+	}
+	return nil
+}
+
+// derivedPrefixes are the prefixes of the keys derived from lock names,
+// which Scan does not report as locks.
+var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":"}
+
+// Scan returns the names of the locks whose keys match the glob pattern
+// (namespace applied; the names are returned without it), at most limit of
+// them, with SCAN, so Redis is never blocked; on a Cluster every master is
+// scanned. A key counts as a lock when it is a hash or a sorted set and not
+// one of the keys derived from a lock name (token counters, wait lines).
+// Scan reads at most 100 keys per name wanted, so a pattern that matches
+// mostly other keys ends early; the names are sorted.
+func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: scan limit %d, want at least 1", ErrInvalid, limit)
+	}
+	match := c.key(pattern)
+	budget := int64(limit) * 100
+	var found []string
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		var cursor uint64
+		for budget > 0 && len(found) < limit {
+			keys, next, err := node.Scan(ctx, cursor, match, 100).Result()
+			if err != nil {
+				return err
+			}
+			budget -= 100
+			for _, k := range keys {
+				if len(found) >= limit || isDerived(k) {
+					continue
+				}
+				typ, err := node.Type(ctx, k).Result()
+				if err != nil {
+					return err
+				}
+				if typ == "hash" || typ == "zset" {
+					found = append(found, k)
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		// One master at a time: found and budget are shared.
+		var (
+			mu      sync.Mutex
+			masters []*redis.Client
+		)
+		err = cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+			mu.Lock() // called for every master at once
+			defer mu.Unlock()
+			masters = append(masters, m)
+			return nil
+		})
+		for _, m := range masters {
+			if err != nil {
+				break
+			}
+			err = scan(ctx, m)
+		}
+	} else {
+		err = scan(ctx, c.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock: scan %q: %w", match, err)
+	}
+	names := make([]string, len(found))
+	for i, k := range found {
+		names[i] = strings.TrimPrefix(k, c.opts.namespace+":")
+		if c.opts.namespace == "" {
+			names[i] = k
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func isDerived(key string) bool {
+	for _, p := range derivedPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}

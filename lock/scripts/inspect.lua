@@ -1,0 +1,48 @@
+-- inspect.lua: read everything Redis holds for one lock name, in one
+-- consistent snapshot, changing nothing.
+--
+-- KEYS[1]  the lock: a hash (Mutex, FairMutex, RWMutex: Redisson's layouts)
+--          or a sorted set (Semaphore)
+-- KEYS[2]  the token counter "redisson_lock_token:{<name>}"
+-- KEYS[3]  a FairMutex's line "redisson_lock_queue:{<name>}"
+-- KEYS[4]  its deadlines "redisson_lock_timeout:{<name>}"
+-- KEYS[5]  an RWMutex's read leases "seckillguard_rwlock_readers:{<name>}"
+-- KEYS[6]  its waiting writers "seckillguard_rwlock_writers:{<name>}"
+-- ARGV[1]  the most entries to read from each line or set
+--
+-- Returns {type, pttl, entries, token, token pttl, line, line length,
+--          line deadlines, read leases, writers, writers count, server ms}:
+--   type      TYPE of KEYS[1] ("none", "hash", "zset", ...)
+--   entries   HGETALL of the hash, or the sorted set WITHSCORES (at most
+--             ARGV[1] members); empty for other types
+--   token     the counter's value, or false when there is none
+--   line      the first ARGV[1] waiters of the fair line, in order, and
+--             beside it each one's deadline (server ms, false when none)
+--   read leases, writers   WITHSCORES, at most ARGV[1] members each
+local limit = tonumber(ARGV[1])
+local typ = redis.call('type', KEYS[1])['ok']
+local entries = {}
+if typ == 'hash' then
+  entries = redis.call('hgetall', KEYS[1])
+elseif typ == 'zset' then
+  entries = redis.call('zrange', KEYS[1], 0, limit - 1, 'withscores')
+end
+local line = redis.call('lrange', KEYS[3], 0, limit - 1)
+local deadlines = {}
+for i, w in ipairs(line) do
+  deadlines[i] = redis.call('zscore', KEYS[4], w) or false
+end
+return {
+  typ,
+  redis.call('pttl', KEYS[1]),
+  entries,
+  redis.call('get', KEYS[2]) or false,
+  redis.call('pttl', KEYS[2]),
+  line,
+  redis.call('llen', KEYS[3]),
+  deadlines,
+  redis.call('zrange', KEYS[5], 0, limit - 1, 'withscores'),
+  redis.call('zrange', KEYS[6], 0, limit - 1, 'withscores'),
+  redis.call('zcard', KEYS[6]),
+  now_ms(),
+}

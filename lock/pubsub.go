@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -208,10 +209,19 @@ func (s *subscriber) read(pc *psConn) {
 	for {
 		msg, err := pc.ps.Receive(context.Background())
 		if err != nil {
-			if s.c.closed() {
+			switch {
+			case s.c.closed():
 				return
-			}
-			if !broken {
+			case errors.Is(err, redis.ErrClosed):
+				// The go-redis client was closed under the Client: no
+				// outage, and nothing will reconnect.
+				s.c.opts.logger.Debug("lock: pub/sub ends: its Redis client was closed", "err", err)
+				return
+			case errors.Is(err, net.ErrClosed):
+				// Closed on this side (the go-redis client closing): the
+				// next receive says whether it reconnects.
+				s.c.opts.logger.Debug("lock: pub/sub connection closed locally", "err", err)
+			case !broken:
 				broken = true
 				s.c.opts.logger.Warn("lock: pub/sub connection broken; waiters fall back to lease timeouts until it is back", "err", err)
 			}

@@ -72,8 +72,11 @@ func (rp *RoutePolicy) Idempotent() bool { return rp.idem }
 func (p *Policies) Routes() []*RoutePolicy { return append([]*RoutePolicy(nil), p.routes...) }
 
 // LoadPolicies reads a policy file. Its errors name the file and the line:
-// unknown fields, bad durations, bad templates, invalid values and routes
-// defined twice are all refused.
+// unknown fields, bad durations, bad templates, invalid values (as the
+// options' constructors check them), routes defined twice (method and path
+// compared as gin matches them, whatever the spacing), a path with a space,
+// scope together with unscoped: true, and a second YAML document are all
+// refused.
 func LoadPolicies(path string) (*Policies, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -86,11 +89,22 @@ func LoadPolicies(path string) (*Policies, error) {
 // file); name is used in errors.
 func ParsePolicies(name string, data []byte) (*Policies, error) {
 	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("guard: %s: empty policy file", name)
 		}
 		return nil, fmt.Errorf("guard: %s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	// A second document would be ignored: whoever wrote it meant it to
+	// count (two files pasted together, a "---" separating environments).
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := next.Line
+		if err != nil || line == 0 {
+			line = docEnd(data, &doc)
+		}
+		return nil, fmt.Errorf("guard: %s: line %d: a second YAML document; a policy file holds one", name, line)
 	}
 	// Unknown fields are refused everywhere; yaml.v3's own check does not
 	// reach into values with custom decoders.
@@ -107,14 +121,16 @@ func ParsePolicies(name string, data []byte) (*Policies, error) {
 		if rs.Route.value == "" {
 			return nil, fmt.Errorf("guard: %s: line %d: a route entry needs \"route: METHOD /path\"", name, rs.line)
 		}
-		if prev, dup := seen[rs.Route.value]; dup {
-			return nil, fmt.Errorf("guard: %s: line %d: route %q is already defined at line %d", name, rs.Route.line, rs.Route.value, prev)
-		}
-		seen[rs.Route.value] = rs.Route.line
 		rp, err := rs.policy(&f.Defaults)
 		if err != nil {
 			return nil, fmt.Errorf("guard: %s: %w", name, err)
 		}
+		// The route as gin matches it: "POST  /a " and "POST /a" are one.
+		route := rp.Method + " " + rp.Path
+		if prev, dup := seen[route]; dup {
+			return nil, fmt.Errorf("guard: %s: line %d: route %q is already defined at line %d", name, rs.Route.line, route, prev)
+		}
+		seen[route] = rs.Route.line
 		p.routes = append(p.routes, rp)
 	}
 	return p, nil
@@ -274,11 +290,14 @@ func (l *located[T]) UnmarshalYAML(n *yaml.Node) error {
 // policy turns an entry, over the file's defaults, into a RoutePolicy,
 // checking every value.
 func (rs *routeSpec) policy(defaults *settings) (*RoutePolicy, error) {
-	method, path, ok := strings.Cut(strings.TrimSpace(rs.Route.value), " ")
-	path = strings.TrimSpace(path)
-	if !ok || !validMethod(method) || !strings.HasPrefix(path, "/") {
+	words := strings.Fields(rs.Route.value)
+	if len(words) > 2 && validMethod(words[0]) && strings.HasPrefix(words[1], "/") {
+		return nil, fmt.Errorf("line %d: route %q: the path has a space; no request matches it (escape it as %%20 as gin registers it)", rs.Route.line, rs.Route.value)
+	}
+	if len(words) != 2 || !validMethod(words[0]) || !strings.HasPrefix(words[1], "/") {
 		return nil, fmt.Errorf("line %d: route %q: want \"METHOD /path\" as registered in gin, e.g. \"POST /api/seckill/:sku\"", rs.Route.line, rs.Route.value)
 	}
+	method, path := words[0], words[1]
 	rp := &RoutePolicy{Method: method, Path: path, Line: rs.Route.line}
 	for _, s := range []*settings{defaults, &rs.settings} {
 		if err := s.apply(rp); err != nil {
@@ -289,6 +308,28 @@ func (rs *routeSpec) policy(defaults *settings) (*RoutePolicy, error) {
 		return nil, fmt.Errorf("line %d: route %q has neither lock nor idempotency", rs.Route.line, rs.Route.value)
 	}
 	return rp, nil
+}
+
+// docEnd returns the line after the last line of doc's content, where a
+// document that follows it starts.
+func docEnd(data []byte, doc *yaml.Node) int {
+	// The decoder does not say where an empty document starts: find the
+	// "---" after the first document's content.
+	last := doc.Line
+	var walk func(*yaml.Node)
+	walk = func(n *yaml.Node) {
+		last = max(last, n.Line)
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(doc)
+	for i, line := range strings.Split(string(data), "\n") {
+		if i+1 > last && (strings.HasPrefix(line, "---") || strings.HasPrefix(line, "...")) {
+			return i + 1
+		}
+	}
+	return last + 1
 }
 
 func validMethod(m string) bool {

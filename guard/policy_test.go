@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/guard"
 	"github.com/seckillguard/seckillguard/internal/testenv"
@@ -126,9 +127,21 @@ func FuzzParsePolicies(f *testing.F) {
 		"defaults:\n  fail: open\nroutes:\n  - route: GET /x\n    idempotency:\n      scope: \"<ctx:u>\"\n      fingerprint: [a, b.c]\n",
 		"routes: [{route: 'PUT /y', lock: '{t}:<path:id>', lease: 5s, busy_status: 503}]",
 		"&a [*a]", "routes:\n  - !!binary x\n", "\t\n",
+		// The refusals: scope with unscoped, duplicates but for spaces, a
+		// second document, a header no request carries, a path with a
+		// space, a body limit beyond what can be buffered.
+		"routes:\n  - route: POST /a\n    idempotency:\n      scope: \"<ctx:u>\"\n      unscoped: true\n",
+		"routes:\n  - route: POST /a\n    lock: x\n  - route: \" POST\t /a\"\n    lock: y\n",
+		"routes:\n  - route: POST /a\n    lock: x\n---\nroutes: []\n",
+		"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      header: \"Idem Key\"\n      replay_headers: [\"X:\"]\n",
+		"routes:\n  - route: POST /a b\n    lock: x\n",
+		"defaults:\n  body_limit: 9223372036854775807\nroutes:\n  - route: POST /a\n    lock: x\n    body_limit: 1073741824\n",
 	} {
 		f.Add([]byte(s))
 	}
+	// A Guard on a client that is never used: New and Policies do no I/O.
+	g := guard.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), guard.WithLogger(quiet))
+	defer g.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := guard.ParsePolicies("f.yaml", data)
 		if err != nil {
@@ -137,10 +150,23 @@ func FuzzParsePolicies(f *testing.F) {
 			}
 			return
 		}
+		seen := map[string]bool{}
 		for _, rp := range p.Routes() {
-			if rp.Method == "" || !strings.HasPrefix(rp.Path, "/") || rp.Line <= 0 {
+			route := rp.Method + " " + rp.Path
+			if rp.Method == "" || !strings.HasPrefix(rp.Path, "/") || rp.Line <= 0 || strings.ContainsAny(route[len(rp.Method)+1:], " \t\r\n") {
 				t.Fatalf("accepted route %+v", rp)
 			}
+			if seen[route] {
+				t.Fatalf("accepted %q twice", route)
+			}
+			seen[route] = true
+		}
+		// Every value was checked at load: the middleware is built without
+		// a panic.
+		g.Policies(p)
+		// A second document is never ignored.
+		if _, err := guard.ParsePolicies("f.yaml", append(append([]byte(nil), data...), "\n---\nroutes: []\n"...)); err == nil {
+			t.Fatal("a second document was accepted")
 		}
 	})
 }
@@ -198,4 +224,45 @@ func TestPolicies_BusyStatusAndCodeAreInheritedApart(t *testing.T) {
 	}
 	close(release)
 	<-held
+}
+
+func TestPolicies_RefusedWithTheLine(t *testing.T) {
+	cases := map[string]struct{ yaml, want string }{
+		"scope and unscoped": {"routes:\n  - route: POST /a\n    idempotency:\n      scope: \"<ctx:user_id>\"\n      unscoped: true\n",
+			"line 5: idempotency: scope (line 4) and unscoped: true contradict each other"},
+		"unscoped before scope": {"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      scope: \"<ctx:user_id>\"\n",
+			"line 4: idempotency: scope (line 5) and unscoped: true"},
+		"duplicate but for spaces": {"routes:\n  - route: POST /a\n    lock: x\n  - route: \"POST   /a \"\n    lock: y\n",
+			`line 4: route "POST /a" is already defined at line 2`},
+		"duplicate but for a tab": {"routes:\n  - route: POST /a\n    lock: x\n  - route: \"POST\\t/a\"\n    lock: y\n",
+			`line 4: route "POST /a" is already defined at line 2`},
+		"second document": {"routes:\n  - route: POST /a\n    lock: x\n---\nroutes:\n  - route: POST /b\n    lock: y\n",
+			"line 4: a second YAML document"},
+		"empty second document": {"routes:\n  - route: POST /a\n    lock: x\n---\n", "line 4: a second YAML document"},
+		"header with a space": {"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      header: \"Idem Key\"\n",
+			`line 5: guard: invalid route option: IdempotencyHeader("Idem Key")`},
+		"replay header with a colon": {"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      replay_headers: [\"Location:\"]\n",
+			"line 5: guard: invalid route option: ReplayHeaders"},
+		"path with a space": {"routes:\n  - route: POST /a b\n    lock: x\n", `line 2: route "POST /a b": the path has a space`},
+		"body limit beyond allocation": {"routes:\n  - route: POST /a\n    lock: x\n    body_limit: 9223372036854775807\n",
+			"line 4: guard: invalid route option: BodyLimit(9223372036854775807)"},
+		"default body limit beyond allocation": {"defaults:\n  body_limit: 2147483648\nroutes:\n  - route: POST /a\n    lock: x\n",
+			"line 2: guard: invalid route option: BodyLimit(2147483648)"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := guard.ParsePolicies("t.yaml", []byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "guard: t.yaml: ") {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// Method and path are kept normalised.
+	p, err := guard.ParsePolicies("t.yaml", []byte("routes:\n  - route: \"  POST \\t /a/:id  \"\n    lock: x\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp := p.Routes()[0]; rp.Method != "POST" || rp.Path != "/a/:id" {
+		t.Fatalf("route read as %q %q", rp.Method, rp.Path)
+	}
 }

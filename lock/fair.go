@@ -19,7 +19,8 @@ const (
 // A FairMutex is a Mutex granted in arrival order across every Client: first
 // come, first served. Its holds are the Mutex's (the same hash, tokens and
 // re-entry through the context; a Mutex and a FairMutex of one name exclude
-// each other), and its waiters stand in one line kept in Redis:
+// each other, and the final unlock of either wakes a waiter of the other),
+// and its waiters stand in one line kept in Redis:
 //
 //   - a waiter's place is taken by its first attempt, in the order those
 //     attempts reach Redis, and a free lock goes to the first live waiter

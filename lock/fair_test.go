@@ -418,3 +418,73 @@ func TestFairMutex_RejectsBadInput(t *testing.T) {
 		t.Fatalf("bad input created %v keys", n)
 	}
 }
+
+// A Mutex and a FairMutex of one name exclude each other, so the final
+// unlock of either wakes a waiter of the other at once: neither waits out
+// the other's lease.
+func TestFairMutex_AndMutexOfOneNameWakeEachOthersWaiters(t *testing.T) {
+	type locker struct {
+		lock   func(c *lock.Client, name string, wait time.Duration) (context.Context, error)
+		unlock func(c *lock.Client, name string, ctx context.Context) error
+	}
+	mutex := locker{
+		func(c *lock.Client, name string, wait time.Duration) (context.Context, error) {
+			return c.Mutex(name).TryLock(context.Background(), wait)
+		},
+		func(c *lock.Client, name string, ctx context.Context) error { return c.Mutex(name).Unlock(ctx) },
+	}
+	fair := locker{
+		func(c *lock.Client, name string, wait time.Duration) (context.Context, error) {
+			return c.FairMutex(name).TryLock(context.Background(), wait)
+		},
+		func(c *lock.Client, name string, ctx context.Context) error { return c.FairMutex(name).Unlock(ctx) },
+	}
+	for _, tc := range []struct {
+		name           string
+		holder, waiter locker
+		subscribed     func(srv *testenv.RedisServer, name string) bool // the waiter listens
+	}{
+		{"MutexUnlockWakesFairWaiter", mutex, fair, func(srv *testenv.RedisServer, name string) bool {
+			chans, _ := srv.Do("PUBSUB", "CHANNELS", "redisson_lock__channel:{"+name+"}:*").([]any)
+			return len(chans) == 1
+		}},
+		{"FairUnlockWakesMutexWaiter", fair, mutex, func(srv *testenv.RedisServer, name string) bool {
+			n, _ := srv.Do("PUBSUB", "NUMSUB", "redisson_lock__channel:{"+name+"}").([]any)
+			return len(n) == 2 && n[1] == int64(1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testenv.Redis(t)
+			cs := instances(t, srv, 2)
+			name := lockName(t)
+			held, err := tc.holder.lock(cs[0], name, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				at  time.Time
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				ctx, err := tc.waiter.lock(cs[1], name, 5*time.Second)
+				got <- result{time.Now(), err}
+				if err == nil {
+					tc.waiter.unlock(cs[1], name, ctx)
+				}
+			}()
+			eventually(t, 5*time.Second, "waiter subscribed", func() bool { return tc.subscribed(srv, name) })
+			unlocked := time.Now()
+			if err := tc.holder.unlock(cs[0], name, held); err != nil {
+				t.Fatal(err)
+			}
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("waiter after the other kind's unlock: %v", r.err)
+			}
+			if d := r.at.Sub(unlocked); d > time.Second {
+				t.Fatalf("waiter got the lock %v after the other kind's unlock: not woken", d)
+			}
+		})
+	}
+}

@@ -42,6 +42,7 @@ type Mutex struct {
 	key      string   // the lock hash
 	keys     []string // {lock, token counter}
 	relKeys  []string // {lock, unlock channel}
+	freeKeys []string // relKeys and the line of a FairMutex of the name, whose next waiter a release wakes too
 	unlockCh string   // where unlock messages are published
 	hk       any      // the context key of its holds (see heldKey)
 	checkErr error
@@ -62,6 +63,7 @@ func newMutex(c *Client, name string) *Mutex {
 	m.unlockCh = derived(channelPrefix, m.key)
 	m.keys = []string{m.key, derived(tokenPrefix, m.key)}
 	m.relKeys = []string{m.key, m.unlockCh}
+	m.freeKeys = []string{m.key, m.unlockCh, derived(queuePrefix, m.key)}
 	m.hk = c.holdKey(m.key, exclusive)
 	return m
 }
@@ -183,14 +185,14 @@ func (r acquireReply) held() bool { return r <= -2 }
 func (r acquireReply) pttl() int64 { return -3 - int64(r) }
 
 func (m *Mutex) release(ctx context.Context, h *hold) (int64, error) {
-	return m.c.run(ctx, releaseScript, m.relKeys, h.fieldArg[0], h.levels, m.c.publish).Int64()
+	return m.c.run(ctx, releaseScript, m.freeKeys, h.fieldArg[0], h.levels, m.c.publish).Int64()
 }
 
 func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 	if !acquired {
 		return
 	}
-	if err := m.c.run(ctx, releaseScript, m.relKeys, h.field, 1, m.c.publish).Err(); err != nil {
+	if err := m.c.run(ctx, releaseScript, m.freeKeys, h.field, 1, m.c.publish).Err(); err != nil {
 		m.c.opts.logger.Warn("lock: could not roll back an acquisition of unknown outcome; it expires with its lease",
 			"lock", m.name, "lease", h.lease, "err", err)
 	}
@@ -343,7 +345,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if ctx == nil {
 		return false, noContext(m.name)
 	}
-	n, err := m.c.run(ctx, forceUnlockScript, m.relKeys, m.c.publish).Int64()
+	n, err := m.c.run(ctx, forceUnlockScript, m.freeKeys, m.c.publish).Int64()
 	if err != nil {
 		return false, wrap(m.name, err)
 	}

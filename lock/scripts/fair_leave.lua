@@ -10,9 +10,15 @@
 -- Returns 1 when the owner had a place in the queue, 0 when not.
 local had = redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('lrem', KEYS[2], 0, ARGV[1])
+local dropped = false
 if ARGV[3] == '1' and redis.call('hget', KEYS[1], ARGV[1]) == '1' then
   redis.call('del', KEYS[1])
+  dropped = true
 end
 purge()
-wake_head(ARGV[2], nil)
+if dropped then
+  freed(ARGV[2])
+else
+  wake_head(ARGV[2], nil)
+end
 return had

@@ -1,5 +1,6 @@
 -- fair_release.lua: release one level of a FairMutex; the last level deletes
--- the lock and wakes the first live waiter on its own channel.
+-- the lock and wakes the first live waiter on its own channel, and a waiter
+-- of a Mutex of the same name on the Mutex's channel.
 --
 -- KEYS[1..4]  see fairlib.lua
 -- ARGV[1]     the owner field
@@ -24,7 +25,7 @@ end
 if expected <= 1 or held <= 1 then
   redis.call('del', KEYS[1])
   purge()
-  wake_head(ARGV[3], nil)
+  freed(ARGV[3])
   return 0
 end
 return redis.call('hincrby', KEYS[1], ARGV[1], -1)

@@ -9,7 +9,8 @@
 --          alive (an attempt, or the watchdog's waiting.lua)
 -- KEYS[4]  the prefix of the waiters' channels, Redisson's
 --          "redisson_lock__channel:{<name>}": the waiter with field f is woken
---          on "<prefix>:<f>", so an unlock wakes exactly the next waiter
+--          on "<prefix>:<f>", so an unlock wakes exactly the next waiter. The
+--          prefix is also the unlock channel of a Mutex of the same name.
 local now = now_ms()
 
 -- purge gives away the places of waiters that stopped showing they are alive.
@@ -31,6 +32,14 @@ local function wake_head(publish, except)
   if head and head ~= except then
     redis.call(publish, KEYS[4] .. ':' .. head, 0)
   end
+end
+
+-- freed tells the waiters that this call freed the lock: the first waiter
+-- in line, and the waiters of a Mutex of the same name (which excludes a
+-- FairMutex of its name) on its unlock channel, Redisson's message "0".
+local function freed(publish)
+  redis.call(publish, KEYS[4], 0)
+  wake_head(publish, nil)
 end
 
 -- line_ttl keeps the queue and the deadlines no longer than their last

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/seckillguard/seckillguard/ginmw"
 )
 
 // A Fingerprint says what of a request's body decides that two requests
@@ -38,7 +39,9 @@ const (
 
 var (
 	// FingerprintAuto hashes a JSON body (by Content-Type) in canonical form
-	// — key order and whitespace do not matter — and any other body byte for
+	// (ginmw.CanonicalJSON: member order and whitespace do not matter, a
+	// body binds like its canonical form, an object with two members whose
+	// names differ only in case is answered 400) and any other body byte for
 	// byte. The default.
 	FingerprintAuto = Fingerprint{mode: fpAuto}
 	// FingerprintRaw hashes the body byte for byte.
@@ -50,8 +53,11 @@ var (
 
 // FingerprintFields hashes only the named fields of a JSON body (dotted
 // paths, e.g. "order.sku"), so that fields a client may legitimately vary
-// between retries (a timestamp, a nonce) do not count. A body that is not
-// JSON is answered 400; a field that is absent counts as null.
+// between retries (a timestamp, a nonce) do not count; only those fields are
+// canonicalised (ginmw.CanonicalJSONFields). Members are found by name as
+// encoding/json matches struct fields, under case folding. A body that is
+// not JSON, or whose path names two members, is answered 400; a field that
+// is absent counts as null.
 func FingerprintFields(paths ...string) Fingerprint {
 	mustf(len(paths) > 0, "FingerprintFields needs at least one field")
 	for _, p := range paths {
@@ -62,7 +68,7 @@ func FingerprintFields(paths ...string) Fingerprint {
 }
 
 // errNotJSON is the refusal of a body that a JSON fingerprint cannot read.
-var errNotJSON = errors.New("guard: the body is not JSON")
+var errNotJSON = errors.New("guard: the JSON fingerprint refuses the body")
 
 // sum returns the fingerprint of a request's identity: its method, route
 // template, path parameters, query, media type and body (as the mode reads
@@ -98,24 +104,16 @@ func (f Fingerprint) sum(c *gin.Context, route string, body []byte) (string, err
 	case fpRaw:
 		h.Write([]byte{'r'})
 		h.Write(body)
-	case fpJSON, fpFields:
+	case fpJSON:
 		h.Write([]byte{'j'})
-		v, err := decodeJSON(body)
-		if err != nil {
-			return "", err
+		if err := ginmw.CanonicalJSON(h, body); err != nil {
+			return "", fmt.Errorf("%w: %w", errNotJSON, err)
 		}
-		if mode == fpFields {
-			picked := make([]any, len(f.fields))
-			for i, p := range f.fields {
-				picked[i] = pick(v, p)
-			}
-			v = picked
+	case fpFields:
+		h.Write([]byte{'f'})
+		if err := ginmw.CanonicalJSONFields(h, body, f.fields); err != nil {
+			return "", fmt.Errorf("%w: %w", errNotJSON, err)
 		}
-		canonical, err := json.Marshal(v) // maps are written with sorted keys
-		if err != nil {
-			return "", fmt.Errorf("%w: %v", errNotJSON, err)
-		}
-		h.Write(canonical)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -156,37 +154,4 @@ func isJSON(contentType string) bool {
 		return false
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
-}
-
-// decodeJSON parses one JSON value, keeping numbers as written.
-func decodeJSON(body []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotJSON, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: text after the JSON value", errNotJSON)
-	}
-	return v, nil
-}
-
-// pick returns the value at a dotted path, or nil.
-func pick(v any, path string) any {
-	for _, seg := range strings.Split(path, ".") {
-		switch x := v.(type) {
-		case map[string]any:
-			v = x[seg]
-		case []any:
-			i, err := strconv.Atoi(seg)
-			if err != nil || i < 0 || i >= len(x) {
-				return nil
-			}
-			v = x[i]
-		default:
-			return nil
-		}
-	}
-	return v
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -544,5 +546,69 @@ func TestIdempotent_KeyReusedWithAnotherIdentityIs422(t *testing.T) {
 		if r := send(tc.path, tc.ctype, tc.body, "k-same"); r.status != 201 || r.header.Get(guard.ReplayedHeader) != "true" {
 			t.Errorf("%s %s %s: %d %s, want the first answer replayed", tc.path, tc.ctype, tc.body, r.status, r.body)
 		}
+	}
+}
+
+// {"amount":1,"AMOUNT":2} binds amount=2 into a struct, and with its
+// members swapped amount=1: one canonical form for both would replay one
+// purchase for the other. Such a body is refused, as the key lookup
+// refuses it, and the handler does not run.
+func TestIdempotent_CaseVariantMembersAreRefused(t *testing.T) {
+	srv := testenv.Redis(t)
+	var p payments
+	in := idemInstance(t, srv, p.pay)
+	for _, body := range []string{`{"amount":1,"AMOUNT":2}`, `{"AMOUNT":2,"amount":1}`, `{"order":{"sku":"a","Sku":"b"}}`} {
+		r := do(t, "POST", in.srv.URL+"/pay", body, "Idempotency-Key", "k", "X-User-ID", "u1")
+		if r.status != 400 || r.errorCode() != "bad_body" {
+			t.Errorf("%s: %d %s, want 400 bad_body", body, r.status, r.body)
+		}
+	}
+	if p.runs.Load() != 0 || len(recordsIn(t, in)) != 0 {
+		t.Fatalf("handler ran %d times, records %v", p.runs.Load(), recordsIn(t, in))
+	}
+}
+
+// TestIdempotent_LargeBodyCostsASmallMultipleOfItself: a request with a
+// 1 MiB JSON body, served whole (body read once, fingerprinted, handler,
+// record stored), allocates a small multiple of the body; decoding it into
+// map[string]any and marshalling it again cost some 20 times the body.
+func TestIdempotent_LargeBodyCostsASmallMultipleOfItself(t *testing.T) {
+	srv := testenv.Redis(t)
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/orders", g.Idempotent(guard.Unscoped()), func(c *gin.Context) { c.Status(201) })
+	})
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := 0; b.Len() < 1<<20-200; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"sku":"sku-%d","qty":%d,"note":"gift wrap, please"}`, i, i%7)
+	}
+	b.WriteString(`]}`)
+	body := b.String()
+	serve := func(key string) int {
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		in.r.ServeHTTP(w, req)
+		return w.Code
+	}
+	serve("warm-up")
+	best := ^uint64(0)
+	for i := range 3 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if code := serve(fmt.Sprintf("k%d", i)); code != 201 {
+			t.Fatalf("status %d", code)
+		}
+		runtime.ReadMemStats(&after)
+		best = min(best, after.TotalAlloc-before.TotalAlloc)
+	}
+	t.Logf("a request with a %d-byte body allocated %d bytes (%.2fx)", len(body), best, float64(best)/float64(len(body)))
+	if limit := 3 * uint64(len(body)); best > limit {
+		t.Fatalf("a request with a %d-byte body allocated %d bytes (%.1fx the body), want at most %d", len(body), best, float64(best)/float64(len(body)), limit)
 	}
 }

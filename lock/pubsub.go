@@ -246,7 +246,7 @@ func (s *subscriber) read(pc *psConn) {
 				}
 				s.confirm(m.Channel)
 			case "sunsubscribe":
-				s.dropped(m.Channel)
+				s.dropped(pc, m.Channel)
 			}
 		}
 	}
@@ -269,13 +269,17 @@ func (s *subscriber) confirm(channel string) {
 	}
 }
 
-// dropped handles a shard channel the server unsubscribed by itself (its
-// slot moved to another node): the subscription is forgotten and the head
-// waiter tries again, subscribing on the new node if it still has to wait.
-func (s *subscriber) dropped(channel string) {
+// dropped handles a shard channel the server unsubscribed by itself on pc
+// (its slot moved to another node): the subscription is forgotten and the
+// head waiter tries again, subscribing on the new node if it still has to
+// wait. The reply to this Client's own SUNSUBSCRIBE looks the same: it
+// concerns an earlier subscription when the channel's current one is not
+// confirmed yet (the server answers in order, and a new subscription is sent
+// only after the old one's SUNSUBSCRIBE) or lives on another connection.
+func (s *subscriber) dropped(pc *psConn, channel string) {
 	s.mu.Lock()
 	cs := s.chans[channel]
-	if cs == nil || cs.refs == 0 {
+	if cs == nil || cs.refs == 0 || !cs.confirmed || cs.conn != pc {
 		s.mu.Unlock()
 		return
 	}

@@ -271,7 +271,26 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 			}
 			return ok, retry, err
 		}
-		if err := ml.waitGroup(ctx, g, wait, deadline, gh[0].lease, try); err != nil {
+		// Wait on the first lock of the group it does not hold yet. A group
+		// it holds entirely is re-entered at once: queueing behind this
+		// Client's own waiters for locks it holds would wait for itself.
+		channel := ""
+		for i, m := range g {
+			if gh[i].levels == 0 {
+				channel = m.unlockCh
+				break
+			}
+		}
+		var err error
+		if channel == "" {
+			var ok bool
+			if ok, _, err = try(ctx); err == nil && !ok {
+				err = notAcquired(ctx, ml.label)
+			}
+		} else {
+			err = ml.waitGroup(ctx, g, channel, wait, deadline, gh[0].lease, try)
+		}
+		if err != nil {
 			ml.rollback(ctx, ml.groups[:gi], byKey, fresh)
 			return ctx, err
 		}
@@ -385,11 +404,10 @@ func holdsByKey(g []*Mutex, gh []*hold) map[string]*hold {
 }
 
 // waitGroup runs try until it takes the group g, waiting on the unlock
-// channel of whichever lock of g blocks it. lease is how long the locks it
-// takes last unless renewed.
-func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, wait time.Duration, deadline time.Time, lease time.Duration, try attempt) error {
+// channel of whichever lock of g blocks it, first on channel. lease is how
+// long the locks it takes last unless renewed.
+func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, channel string, wait time.Duration, deadline time.Time, lease time.Duration, try attempt) error {
 	c := ml.c
-	channel := g[0].unlockCh
 	run := func(ctx context.Context) (bool, time.Duration, error) {
 		ok, retry, err := try(ctx)
 		var sw *switchTo

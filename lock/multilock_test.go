@@ -330,3 +330,62 @@ func TestMultiLock_RejectsBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A MultiLock that holds its locks re-enters them at once, even while
+// goroutines of its own Client wait for them: a re-entry that queued behind
+// those waiters would wait for itself (a Lock without a bound forever).
+func TestMultiLock_ReentryDoesNotWaitBehindItsClientsWaiters(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	bg := context.Background()
+	names := []string{lockName(t) + ":a", lockName(t) + ":b"}
+	ml := c.MultiLock(names...)
+	ctx, err := ml.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiters, cancel := context.WithCancel(bg)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, n := range names { // another owner of the same Client waits for each lock
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if wctx, err := c.Mutex(n).Lock(waiters); err == nil {
+				c.Mutex(n).Unlock(wctx)
+			}
+		}()
+	}
+	for _, n := range names {
+		eventually(t, 2*time.Second, "a waiter subscribed to "+n, func() bool {
+			v, _ := srv.Do("PUBSUB", "NUMSUB", "redisson_lock__channel:{"+n+"}").([]any)
+			return len(v) == 2 && v[1] == int64(1)
+		})
+	}
+	inner, err := ml.TryLock(ctx, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("re-entry with TryLock = %v, want it re-entered at once", err)
+	}
+	lctx, lcancel := context.WithTimeout(inner, 2*time.Second)
+	defer lcancel()
+	innermost, err := ml.Lock(lctx)
+	if err != nil {
+		t.Fatalf("re-entry with Lock = %v, want it re-entered at once", err)
+	}
+	// A set that adds a free lock to held ones waits, if at all, for that one.
+	more := c.MultiLock(names[0], lockName(t)+":z")
+	mctx, err := more.TryLock(innermost, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("re-entry of a held lock with a free one = %v, want both held at once", err)
+	}
+	for _, c2 := range []context.Context{mctx, innermost, inner, ctx} {
+		set := ml
+		if c2 == mctx {
+			set = more
+		}
+		if err := set.Unlock(c2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait() // the waiters got their locks in turn
+}

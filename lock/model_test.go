@@ -54,8 +54,8 @@ var (
 // value is the default.
 var modelMixes = map[string]bool{
 	"fanout":   true,  // goroutines sharing a lock context re-enter its hold
-	"fresh":    false, // goroutines sharing a request context take locks of their own: they must exclude each other (ownership per hold)
-	"lifetime": false, // a request whose context ended skips its Unlocks: its holds must be released by themselves
+	"fresh":    true,  // goroutines sharing a request context take locks of their own: they must exclude each other (ownership per hold)
+	"lifetime": true,  // a request whose context ended skips its Unlocks: its holds must be released by themselves
 	"cancel":   true,  // request contexts and per-call deadlines end at random points
 	"lease":    true,  // fixed leases (WithLease), some shorter than the work
 	"multi":    true,  // MultiLocks, over free names and over names already held
@@ -480,10 +480,27 @@ func (s lockSpec) String() string {
 
 // An entry is one acquired level on a goroutine's stack.
 type entry struct {
-	spec   lockSpec
-	ctx    context.Context
-	holds  []*mhold
-	cancel context.CancelFunc // the per-call deadline's, if any
+	spec    lockSpec
+	ctx     context.Context
+	holds   []*mhold
+	created []bool             // per hold: this acquisition created it
+	parent  *entry             // the entry whose context ctx descends from (nil: the request's)
+	cancel  context.CancelFunc // the per-call deadline's, if any
+}
+
+// chain returns the entries the context on top of the stack all descends
+// from, innermost first: the holds it may re-enter. A read hold taken under
+// a write hold (a downgrade) descends from the context the write hold was
+// taken with, not from the write hold's.
+func chain(all []*entry) []*entry {
+	var out []*entry
+	if len(all) == 0 {
+		return nil
+	}
+	for e := all[len(all)-1]; e != nil; e = e.parent {
+		out = append(out, e)
+	}
+	return out
 }
 
 // An actor is one goroutine of the test running random programs: requests,
@@ -651,7 +668,7 @@ func (a *actor) freshSpec(nested bool) lockSpec {
 // possibly through another kind.
 func (a *actor) reentrySpec(all []*entry) (lockSpec, bool) {
 	var cands []*mhold
-	for _, e := range all {
+	for _, e := range chain(all) {
 		for _, h := range e.holds {
 			if e.ctx.Err() == nil {
 				cands = append(cands, h)
@@ -702,9 +719,10 @@ func (a *actor) reentrySpec(all []*entry) (lockSpec, bool) {
 func (a *actor) predict(spec lockSpec, all []*entry) (grants []grant, upgrade bool) {
 	a.m.mu.Lock() // levels change under other goroutines' re-entries
 	defer a.m.mu.Unlock()
+	anc := chain(all)
 	find := func(name string, r modelRole) *mhold {
-		for i := len(all) - 1; i >= 0; i-- {
-			for _, h := range all[i].holds {
+		for _, e := range anc {
+			for _, h := range e.holds {
 				if h.client == spec.client && h.name == name && h.role == r && h.levels > 0 {
 					return h
 				}
@@ -890,7 +908,23 @@ func (a *actor) acquire(base context.Context, spec lockSpec, all []*entry) *entr
 			context.AfterFunc(h.ctx, func() { a.m.told(h, time.Now(), context.Cause(h.ctx)) })
 		}
 	}
-	return &entry{spec: spec, ctx: out, holds: holds, cancel: cancel}
+	e := &entry{spec: spec, ctx: out, holds: holds, cancel: cancel}
+	if len(all) > 0 {
+		e.parent = all[len(all)-1]
+	}
+	for _, g := range grants {
+		e.created = append(e.created, g.reenter == nil)
+		if g.downgrade != nil {
+			for p := e.parent; p != nil; p = p.parent {
+				for j, h := range p.holds {
+					if h == g.downgrade && p.created[j] {
+						e.parent = p.parent
+					}
+				}
+			}
+		}
+	}
+	return e
 }
 
 // anyTold reports whether one of the holds the grants re-enter has been told.
@@ -971,9 +1005,9 @@ func (a *actor) downgrade(st []*entry, all []*entry) []*entry {
 
 // upgrade asks for the write lock while holding the read lock: ErrUpgrade.
 func (a *actor) upgrade(ctx context.Context, all []*entry) {
-	for i := len(all) - 1; i >= 0; i-- {
-		for _, h := range all[i].holds {
-			if h.role == roleRead && a.m.levels(h) > 0 && all[i].ctx.Err() == nil {
+	for _, e := range chain(all) {
+		for _, h := range e.holds {
+			if h.role == roleRead && a.m.levels(h) > 0 && e.ctx.Err() == nil {
 				spec := lockSpec{kind: kWrite, names: []string{h.name}, client: h.client, wait: 100 * time.Millisecond}
 				if e := a.acquire(ctx, spec, all); e != nil {
 					a.release(e)

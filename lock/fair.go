@@ -142,10 +142,7 @@ func (f *FairMutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (b
 
 func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	c := f.m.c
-	lease := "0" // a fixed lease keeps its deadline
-	if !h.fixed {
-		lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
-	}
+	_, lease := leaseArgs(h)
 	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
 	vals, err := c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, timeout, c.publish).Int64Slice()
 	if err != nil {

@@ -90,6 +90,7 @@ type hold struct {
 	top      fencing.Token // the last token reserved for this hold's run of handovers (see tokenBlock); <= token when none is
 	lease    time.Duration // lease of every acquisition and renewal
 	fixed    bool          // WithLease: no watchdog
+	relet    time.Duration // the lease a re-entry under way sets (WithLease), 0 when none
 	unsure   bool          // a release failed with an unknown outcome
 	retrying bool          // a final release failed; releaseLater retries it
 	start    time.Time     // when the first acquisition, or the handover to this hold, was sent
@@ -101,13 +102,13 @@ type hold struct {
 	parent context.Context // what ctx descends from: the context the hold was taken with
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stop   context.CancelFunc // releases the lease deadline timer; nil without WithLease
 
 	// Guarded by c.mu.
 	refs     int  // operations in progress on this hold
 	pinned   bool // held: stays registered until released or lost
 	lost     bool
 	stopLife func() bool // stops the release that parent's end would trigger (see establish)
+	expiry   *time.Timer // ends ctx when a fixed lease runs out; nil without one
 
 	renewal renewal // how the watchdog renews the hold
 	waiting renewal // how the watchdog keeps the owner's place in a wait line alive
@@ -249,8 +250,7 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	h.cancel = cancel
 	if h.fixed {
-		hctx, h.stop = context.WithDeadlineCause(hctx, start.Add(h.lease),
-			lostError(h.name, "its lease of "+h.lease.String()+" ran out"))
+		h.expireAt(start.Add(h.lease))
 	}
 	hctx = context.WithValue(hctx, h.hk, h)
 	if h.kind.tokens() {
@@ -259,18 +259,34 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 	h.ctx = hctx
 }
 
+// expireAt makes h's context end with cause ErrLost at t, when its fixed
+// lease runs out, instead of whenever it was to end before.
+func (h *hold) expireAt(t time.Time) {
+	lease := h.lease
+	timer := time.AfterFunc(time.Until(t), func() {
+		h.cancel(lostError(h.name, "its lease of "+lease.String()+" ran out"))
+	})
+	h.c.mu.Lock()
+	old := h.expiry
+	h.expiry = timer
+	h.c.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+}
+
 // end cancels h's context with cause.
 func (h *hold) end(cause error) {
 	h.cancel(cause)
-	if h.stop != nil {
-		h.stop()
-	}
 	h.c.mu.Lock()
-	stop := h.stopLife
-	h.stopLife = nil
+	stop, expiry := h.stopLife, h.expiry
+	h.stopLife, h.expiry = nil, nil
 	h.c.mu.Unlock()
 	if stop != nil {
 		stop()
+	}
+	if expiry != nil {
+		expiry.Stop()
 	}
 }
 
@@ -345,7 +361,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 		return ctx, ctxErr(name, ctx)
 	}
 	if h := heldBy(ctx, hk); h != nil {
-		return c.reenterVia(ctx, h)
+		return c.reenterVia(ctx, h, lo)
 	}
 	h := c.ref(holdID{key, r, c.owners.Add(1)}, hk, name)
 	defer c.unref(h)
@@ -374,8 +390,8 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 	return h.ctx, nil
 }
 
-// reenterVia adds a level to h, the hold ctx carries.
-func (c *Client) reenterVia(ctx context.Context, h *hold) (context.Context, error) {
+// reenterVia adds a level to h, the hold ctx carries, with the options lo.
+func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (context.Context, error) {
 	c.refAgain(h)
 	defer c.unref(h)
 	if err := h.enter(ctx); err != nil {
@@ -389,7 +405,7 @@ func (c *Client) reenterVia(ctx context.Context, h *hold) (context.Context, erro
 		}
 		return ctx, wrap(h.name, ErrReleased)
 	}
-	return c.reenter(ctx, h)
+	return c.reenter(ctx, h, lo.lease)
 }
 
 // granted records that a releasing holder of this Client handed h the lock:
@@ -492,8 +508,12 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	}
 }
 
-// reenter adds a level to h, which ctx's owner already holds.
-func (c *Client) reenter(ctx context.Context, h *hold) (context.Context, error) {
+// reenter adds a level to h, which ctx holds already. A lease > 0
+// (WithLease) applies to the hold from then on, as in Redisson: the hold is
+// fixed to it, no longer renewed by the watchdog, and its context ends when
+// it runs out, measured from this call. Without one the hold keeps its lease
+// as it is (a fixed one its deadline).
+func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
 	if c.isLost(h) {
 		return ctx, lostHold(h)
 	}
@@ -505,7 +525,10 @@ func (c *Client) reenter(ctx context.Context, h *hold) (context.Context, error) 
 			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
 		}
 	}
+	start := time.Now()
+	h.relet = lease
 	ok, err := h.kind.reenter(ctx, h)
+	h.relet = 0
 	if err != nil {
 		// An unknown outcome needs no rollback: the final release removes
 		// the owner whatever count Redis holds.
@@ -518,6 +541,13 @@ func (c *Client) reenter(ctx context.Context, h *hold) (context.Context, error) 
 		return ctx, lostHold(h)
 	}
 	h.levels++
+	if lease > 0 {
+		if !h.fixed {
+			c.dog.remove(&h.renewal)
+		}
+		h.fixed, h.lease = true, lease
+		h.expireAt(start.Add(lease))
+	}
 	return h.levelContext(ctx), nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -157,10 +156,7 @@ func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool,
 }
 
 func (m *Mutex) reenter(ctx context.Context, h *hold) (bool, error) {
-	lease := "0" // a fixed lease keeps its deadline
-	if !h.fixed {
-		lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
-	}
+	_, lease := leaseArgs(h)
 	n, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64()
 	if err != nil {
 		return false, err

@@ -71,6 +71,15 @@ type lockOptions struct {
 // that outlives the lease learns it at once. Default: no fixed lease; the
 // watchdog renews the lock while it is held. d must be positive.
 //
+// On a re-entry (a Lock with a context that holds the lock already) the new
+// lease applies to the hold from then on, as in Redisson: the hold is fixed
+// to d from this call, renewed by nothing, and its context ends when d runs
+// out, however it was held before. A re-entry without WithLease leaves the
+// hold as it is: a fixed lease keeps its deadline, a renewed hold stays
+// renewed. (Redisson's lock() without a lease would switch a leased hold to
+// the watchdog; here a helper that re-enters cannot stretch a fixed lease
+// without saying so.) MultiLock and RedLock re-entries keep their leases.
+//
 // A fixed lease is the classic trap of Redis locks: work that takes longer
 // than d runs unprotected. Prefer the watchdog, and fence the writes.
 func WithLease(d time.Duration) LockOption {

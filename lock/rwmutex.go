@@ -196,10 +196,14 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 }
 
 // leaseArgs returns a hold's lease for a first acquisition and for a
-// re-entry (where a fixed lease keeps its deadline).
+// re-entry: the lease the re-entry asks for (WithLease), or else the
+// watchdog's lease, or "0" for a fixed lease, which keeps its deadline.
 func leaseArgs(h *hold) (first, again string) {
 	first = strconv.FormatInt(h.lease.Milliseconds(), 10)
-	if h.fixed {
+	switch {
+	case h.relet > 0:
+		return first, strconv.FormatInt(h.relet.Milliseconds(), 10)
+	case h.fixed:
 		return first, "0"
 	}
 	return first, first

@@ -33,6 +33,7 @@ type idemConfig struct {
 	ttl               time.Duration
 	waitForFirst      time.Duration
 	storeServerErrors bool
+	storeClientErrors bool
 	maxResponse       int
 	replayHeaders     []string
 }
@@ -107,6 +108,16 @@ func WaitForFirst(d time.Duration) RouteOption {
 	return option(useIdem, "WaitForFirst", func(r *route) { r.idem.waitForFirst = d })
 }
 
+// StoreClientErrors keeps the handler's 4xx answers and replays them, as
+// Stripe does: a retry is answered as the first request was, even if the
+// state that made it fail changed (a restock after sold_out). 408, 425 and
+// 429, which ask the client to try again, are never kept. Default: only
+// 2xx and 3xx answers are stored; a 4xx says that nothing happened, so a
+// retry runs again.
+func StoreClientErrors() RouteOption {
+	return option(useIdem, "StoreClientErrors", func(r *route) { r.idem.storeClientErrors = true })
+}
+
 // StoreServerErrors keeps 5xx answers and replays them, as Stripe does.
 // Default: a 5xx (or a panic) drops the record so that a retry runs again.
 func StoreServerErrors() RouteOption {
@@ -154,20 +165,29 @@ var (
 // Idempotent returns middleware that gives the rest of the chain one effect
 // per idempotency key and caller: the first request with a key runs the
 // handler and its answer (status, Content-Type and ReplayHeaders, body) is
-// stored; a later request with the key gets that answer replayed, with the
-// header Idempotent-Replayed: true, and the handler does not run.
+// stored; a later request with the key and the same identity (method, route
+// template, path parameters, query, media type and body, see Fingerprint)
+// gets that answer replayed, with the header Idempotent-Replayed: true, and
+// the handler does not run.
 //
 //	400 idempotency_key_missing   no key, and the key is required
 //	400 idempotency_key_invalid   malformed, empty, non-ASCII or over 255 bytes
-//	422 idempotency_key_reused    the key was used with a different request
+//	422 idempotency_key_reused    the key was used with a request of another identity
 //	409 request_in_progress       the first request with the key still runs
 //	503 idempotency_unavailable   Redis is unreachable (unless FailOpen)
 //
 // While the first request runs, its key is held by a lock of this framework:
 // renewed while the handler works, and expiring by itself if the instance
-// dies, so a key is never stuck "in progress". A 5xx answer or a panic drops
-// the record so a retry runs again. Every Idempotent route needs Scope or
-// Unscoped; Idempotent panics at registration otherwise.
+// dies, so a key is never stuck "in progress".
+//
+// Only the handler's own answer is stored, and by default only a 2xx or 3xx
+// one. What the framework answered itself (a later Lock found the key busy
+// or Redis down, refused a key field or the body, or the client went away
+// while it waited) releases the key at once; so do a 4xx of the handler
+// (it says nothing happened; StoreClientErrors keeps them), a 5xx
+// (StoreServerErrors keeps them), a panic and a lost lock: the retry runs.
+// Every Idempotent route needs Scope or Unscoped; Idempotent panics at
+// registration otherwise.
 func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
 	return g.idempotentStep(g.mustRoute(opts, useIdem)).handler()
 }
@@ -382,7 +402,7 @@ func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 		return
 	}
-	if c.GetBool(frameworkName) || !storable(resp.Status, ic.storeServerErrors) || c.GetBool(unrepeatableName) || Lost(held) {
+	if c.GetBool(frameworkName) || !storable(resp.Status, ic) || c.GetBool(unrepeatableName) || Lost(held) {
 		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "dropped").Inc()
 		return
@@ -405,18 +425,23 @@ func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context
 	}
 }
 
-// storable reports whether an answer with status is replayed to retries.
-// Transient answers are not: a retry deserves a new attempt.
-func storable(status int, serverErrors bool) bool {
+// storable reports whether the handler's answer with status is replayed to
+// retries: a 2xx or 3xx always; a 4xx only where the route keeps them (it
+// says nothing happened, and a retry may succeed), never one that asks the
+// client to try again; a 5xx only where the route keeps them.
+func storable(status int, ic idemConfig) bool {
 	switch {
 	case status == 0:
 		return true
 	case status >= 500:
-		return serverErrors
-	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return ic.storeServerErrors
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests,
+		status == StatusClientClosedRequest:
 		return false
+	case status >= 400:
+		return ic.storeClientErrors
 	}
-	return true
+	return status >= 200
 }
 
 // dropRecord removes this execution's in-progress marker, so that a retry

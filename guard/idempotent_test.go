@@ -612,3 +612,64 @@ func TestIdempotent_LargeBodyCostsASmallMultipleOfItself(t *testing.T) {
 		t.Fatalf("a request with a %d-byte body allocated %d bytes (%.1fx the body), want at most %d", len(body), best, float64(best)/float64(len(body)), limit)
 	}
 }
+
+// A 4xx of the handler says that nothing happened (sold out, not found):
+// by default it is not stored, so the retry after a restock buys. A route
+// may keep them (StoreClientErrors, or store_client_errors in a policy
+// file), as Stripe does; 408, 425 and 429 are never kept.
+func TestIdempotent_HandlerClientErrorsAreStoredOnlyWhereTheRouteSaysSo(t *testing.T) {
+	srv := testenv.Redis(t)
+	var stock, runs atomic.Int32
+	sell := func(c *gin.Context) {
+		runs.Add(1)
+		if stock.Load() == 0 {
+			c.JSON(409, gin.H{"error": "sold_out"})
+			return
+		}
+		stock.Add(-1)
+		c.JSON(201, gin.H{"order": runs.Load()})
+	}
+	pol, err := guard.ParsePolicies("test.yaml", []byte(`
+routes:
+  - route: POST /file/keep
+    idempotency: {unscoped: true, store_client_errors: true}
+  - route: POST /file/default
+    idempotency: {unscoped: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/default", g.Idempotent(guard.Unscoped()), sell)
+		r.POST("/keep", g.Idempotent(guard.Unscoped(), guard.StoreClientErrors()), sell)
+		r.POST("/busy", g.Idempotent(guard.Unscoped(), guard.StoreClientErrors()), func(c *gin.Context) {
+			runs.Add(1)
+			c.JSON(429, gin.H{"error": "slow_down"})
+		})
+		r.Group("/file", g.Policies(pol)).POST("/keep", sell).POST("/default", sell)
+	})
+	for _, tc := range []struct {
+		path string
+		keep bool
+	}{{"/default", false}, {"/keep", true}, {"/file/default", false}, {"/file/keep", true}} {
+		stock.Store(0)
+		key := "k" + strings.ReplaceAll(tc.path, "/", "-")
+		if r := do(t, "POST", in.srv.URL+tc.path, `{}`, "Idempotency-Key", key); r.status != 409 {
+			t.Fatalf("%s: sold out: %d %s", tc.path, r.status, r.body)
+		}
+		stock.Store(1) // restocked
+		r := do(t, "POST", in.srv.URL+tc.path, `{}`, "Idempotency-Key", key)
+		switch {
+		case tc.keep && (r.status != 409 || r.header.Get(guard.ReplayedHeader) != "true"):
+			t.Errorf("%s keeps 4xx answers: the retry got %d %s, want the 409 replayed", tc.path, r.status, r.body)
+		case !tc.keep && (r.status != 201 || r.header.Get(guard.ReplayedHeader) != ""):
+			t.Errorf("%s: the retry after the restock got %d %s (replayed %q), want it to buy", tc.path, r.status, r.body, r.header.Get(guard.ReplayedHeader))
+		}
+	}
+	before := runs.Load()
+	do(t, "POST", in.srv.URL+"/busy", `{}`, "Idempotency-Key", "k-busy")
+	do(t, "POST", in.srv.URL+"/busy", `{}`, "Idempotency-Key", "k-busy")
+	if runs.Load() != before+2 {
+		t.Errorf("a 429 was stored although it says to try again")
+	}
+}

@@ -38,7 +38,8 @@ import (
 // body_limit (bytes), long_hold, idempotency. Idempotency keys: scope (a
 // template) or unscoped: true, header, key (a template instead of the
 // header), required, fingerprint (auto|raw|json or a list of fields), ttl,
-// wait_for_first, store_server_errors, max_response, replay_headers.
+// wait_for_first, store_client_errors, store_server_errors, max_response,
+// replay_headers.
 // Durations are Go durations ("500ms", "2s").
 type Policies struct {
 	name   string
@@ -234,6 +235,7 @@ type idemSpec struct {
 	TTL               *located[time.Duration] `yaml:"ttl"`
 	WaitForFirst      *located[time.Duration] `yaml:"wait_for_first"`
 	StoreServerErrors *located[bool]          `yaml:"store_server_errors"`
+	StoreClientErrors *located[bool]          `yaml:"store_client_errors"`
 	MaxResponse       *located[int]           `yaml:"max_response"`
 	ReplayHeaders     *located[[]string]      `yaml:"replay_headers"`
 	line              int
@@ -477,6 +479,9 @@ func (is *idemSpec) apply(rp *RoutePolicy, add func(line int, o RouteOption) err
 	}
 	if v := is.WaitForFirst; v != nil {
 		try(v.line, WaitForFirst(v.value))
+	}
+	if v := is.StoreClientErrors; v != nil && v.value {
+		try(v.line, StoreClientErrors())
 	}
 	if v := is.StoreServerErrors; v != nil && v.value {
 		try(v.line, StoreServerErrors())

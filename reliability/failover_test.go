@@ -3,12 +3,14 @@ package reliability
 import (
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckillguard/seckillguard/internal/history"
 	"github.com/seckillguard/seckillguard/internal/testenv"
 )
 
@@ -63,6 +65,11 @@ func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
 		return resp.StatusCode, errorCode(body)
 	}
 
+	rec := history.NewRecorder()
+	for _, in := range shops {
+		in.rec.Store(rec)
+	}
+
 	// The replica stops hearing from the master: frozen, its link cut.
 	env.Replica.Pause()
 	env.Master.Do("CLIENT", "KILL", "TYPE", "replica")
@@ -104,7 +111,35 @@ func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
 	if shops[0].stale.Load() != 1 {
 		t.Fatalf("instance 0 counted %d refused writes, want 1", shops[0].stale.Load())
 	}
-	t.Logf("the first buyer was answered %d %s; the second bought the unit", a.status, a.code)
+	// The first buyer was told, while it was inside, that its lock was lost;
+	// the second's token is newer; the history is clean.
+	if n := shops[0].told.Load(); n != 1 {
+		t.Errorf("instance 0 saw %d purchases told of a lost lock, want the first buyer's", n)
+	}
+	r := checkShop(t, rec, db, sku, 10)
+	t.Logf("the first buyer was answered %d %s; the second bought the unit; %s", a.status, a.code, r)
+	var slow, fast *history.Hold
+	h := rec.History()
+	for i, x := range h.Holds {
+		switch {
+		case strings.HasSuffix(x.Owner, ":slow"):
+			slow = &h.Holds[i]
+		case strings.HasSuffix(x.Owner, ":fast"):
+			fast = &h.Holds[i]
+		}
+	}
+	if slow == nil || fast == nil {
+		t.Fatalf("holds not recorded: %+v", h.Holds)
+	}
+	if !slow.Lost() {
+		t.Errorf("the first buyer's hold (token %d) was never told of its loss before it left", slow.Token)
+	}
+	if fast.Token <= slow.Token {
+		t.Errorf("the second buyer's token %d is not above the first's %d across the failover", fast.Token, slow.Token)
+	}
+	if !r.OK() {
+		t.Errorf("history: %s", r)
+	}
 }
 
 // The master killed under Sentinel during a sale: three instances on

@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"github.com/seckillguard/seckillguard/gormplugin"
 	"github.com/seckillguard/seckillguard/guard"
 	"github.com/seckillguard/seckillguard/internal/faults"
+	"github.com/seckillguard/seckillguard/internal/history"
 	"github.com/seckillguard/seckillguard/lock"
 )
 
@@ -77,6 +79,28 @@ type shopInstance struct {
 	url   string
 	guard *guard.Guard
 	stale atomic.Int64 // purchases refused by the backstop
+	told  atomic.Int64 // purchases whose lock context said lost while they ran
+	fence atomic.Int64 // purchase writes refused by the fence (a newer token on the row)
+
+	// rec, when set, records each purchase's hold and write, the stock
+	// being the register (see record).
+	rec atomic.Pointer[history.Recorder]
+	seq atomic.Int64
+}
+
+// checkShop runs the history checker on the shop's recorded purchases of
+// sku: the stock is the register, initially initial, and the product row
+// holds its final value and fence.
+func checkShop(t testing.TB, rec *history.Recorder, db *gorm.DB, sku string, initial int, opts ...history.Option) history.Report {
+	t.Helper()
+	var p shopProduct
+	if err := db.Take(&p, "sku = ?", sku).Error; err != nil {
+		t.Fatal(err)
+	}
+	key := "sku:" + sku
+	rec.Initial(key, int64(initial))
+	opts = append([]history.Option{history.Fences(map[string]int64{key: int64(p.Fence.Token())})}, opts...)
+	return history.Check(rec.History(), map[string]int64{key: int64(p.Stock)}, opts...)
 }
 
 func startShop(t testing.TB, rdb redis.UniversalClient, dsn string, watchdog, holdDelay time.Duration) *shopInstance {
@@ -105,6 +129,18 @@ func startShop(t testing.TB, rdb redis.UniversalClient, dsn string, watchdog, ho
 func (in *shopInstance) buy(c *gin.Context, db *gorm.DB, holdDelay time.Duration) {
 	ctx := c.Request.Context()
 	sku, user := c.Param("sku"), c.GetHeader("X-User-ID")
+	var s *section
+	if rec := in.rec.Load(); rec != nil {
+		s = enter(rec, fmt.Sprintf("%s#%d:%s", in.url, in.seq.Add(1), user), "sku:"+sku, ctx)
+		defer s.Leave()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), lock.ErrLost) {
+			in.told.Add(1)
+		}
+	})
+	defer stop()
+	readAt := history.Now()
 	var p shopProduct
 	if err := db.WithContext(ctx).Take(&p, "sku = ?", sku).Error; err != nil {
 		in.fail(c, err)
@@ -118,6 +154,7 @@ func (in *shopInstance) buy(c *gin.Context, db *gorm.DB, holdDelay time.Duration
 		holdDelay = d // this purchase stalls longer, as a GC pause would
 	}
 	time.Sleep(holdDelay) // a pause between the read and the write
+	start := history.Now()
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Model(&shopProduct{SKU: sku}).Update("stock", p.Stock-1)
 		if res.Error != nil {
@@ -125,6 +162,18 @@ func (in *shopInstance) buy(c *gin.Context, db *gorm.DB, holdDelay time.Duration
 		}
 		return tx.Create(&shopOrder{UserID: user, SKU: sku}).Error
 	})
+	if s != nil {
+		w := history.Write{Key: s.hold.Key, Owner: s.hold.Owner, Token: s.hold.Token,
+			Read: int64(p.Stock), ReadAt: readAt, Value: int64(p.Stock - 1), Start: start, End: history.Now(), Accepted: err == nil}
+		if err != nil {
+			w.Err = err.Error()
+		}
+		s.rec.AddWrite(w)
+	}
+	var se *fencing.StaleError
+	if errors.As(err, &se) && se.Current.Valid() {
+		in.fence.Add(1)
+	}
 	switch {
 	case err == nil:
 		c.JSON(http.StatusCreated, gin.H{"user": user})

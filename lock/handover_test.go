@@ -383,3 +383,64 @@ func TestHandover_AHeadWokenDuringAHandoverNeverReusesAToken(t *testing.T) {
 		}
 	}
 }
+
+// A MultiLock or a RedLock that re-enters a held Mutex issues a token above
+// the Mutex's and raises its counter; the Mutex's next handover, inside its
+// Client, must still hand out a token above that one: every token of a name
+// is above every token issued for it before, whichever kind issued it.
+func TestHandover_TokenAboveACompoundLocksReentry(t *testing.T) {
+	bg := context.Background()
+	check := func(t *testing.T, m *lock.Mutex, reenter func(held context.Context) fencing.Token) {
+		held, err := m.Lock(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := waiting(t, m)
+		compound := reenter(held)
+		if err := m.Unlock(held); err != nil {
+			t.Fatal(err)
+		}
+		ctx := <-next
+		if ctx == nil {
+			t.FailNow()
+		}
+		tok, _ := fencing.FromContext(ctx)
+		if tok <= compound {
+			t.Fatalf("the Mutex's next holder got token %d, not above the compound lock's %d issued before", tok, compound)
+		}
+		m.Unlock(ctx)
+	}
+	t.Run("MultiLock", func(t *testing.T) {
+		c := instances(t, testenv.Redis(t), 1)[0]
+		name := lockName(t)
+		ml := c.MultiLock(name, name+":other")
+		check(t, c.Mutex(name), func(held context.Context) fencing.Token {
+			ctx, err := ml.Lock(held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, _ := fencing.FromContext(ctx)
+			if err := ml.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		})
+	})
+	t.Run("RedLock", func(t *testing.T) {
+		nodes := redisNodes(t, 3)
+		cs := redLockProcess(t, nodes)
+		name := lockName(t)
+		rl := lock.NewRedLock(name, cs...)
+		check(t, cs[0].Mutex(name), func(held context.Context) fencing.Token {
+			ctx, err := rl.Lock(held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, _ := fencing.FromContext(ctx)
+			if err := rl.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		})
+	})
+}

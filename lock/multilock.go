@@ -299,7 +299,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 		// they would expire meanwhile and be taken by someone else.
 		for _, h := range gh {
 			if h.levels == 0 {
-				h.token = tokens[gi]
+				h.token, h.top = tokens[gi], 0
 				c.establish(ctx, h, starts[gi])
 				fresh[h] = true
 			}
@@ -327,6 +327,9 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 			c.tieToParent(h)
 		} else {
 			h.levels++
+			// The lock's counter is at the MultiLock's token now, above
+			// the tokens h reserved for handing its lock over.
+			h.top = h.token
 		}
 	}
 	return ml.enter(ctx, holds, carried, floor), nil

@@ -389,3 +389,19 @@ func TestMultiLock_ReentryDoesNotWaitBehindItsClientsWaiters(t *testing.T) {
 	}
 	wg.Wait() // the waiters got their locks in turn
 }
+
+// lockResult is what lockAsync reports.
+type lockResult struct {
+	ctx context.Context
+	err error
+}
+
+// lockAsync locks m in a goroutine of its own and reports the outcome.
+func lockAsync(m *lock.Mutex) <-chan lockResult {
+	out := make(chan lockResult, 1)
+	go func() {
+		ctx, err := m.Lock(context.Background())
+		out <- lockResult{ctx, err}
+	}()
+	return out
+}

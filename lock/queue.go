@@ -138,6 +138,12 @@ type waitSpec struct {
 	// the messages that wake the head are received from then on.
 	subscribe func(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error
 
+	// eager makes the first attempt at once even when other goroutines of
+	// this Client wait in the queue: the owner holds part of the lock
+	// already (a compound lock re-entering one of its locks), and those
+	// waiters may be waiting for it.
+	eager bool
+
 	// h, when set, is the single-key hold the wait is for. When its kind can
 	// hand over (handing), a releasing holder of this Client may hand h the
 	// lock instead of an attempt succeeding (h.granted records it), and the
@@ -169,7 +175,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			queue, enlist = s.channel+l.lane(), true
 		}
 	}
-	if wait == 0 || !c.queued(queue) {
+	if wait == 0 || s.eager || !c.queued(queue) {
 		// Nobody of this Client is waiting: try at once, without queueing.
 		ok, _, err := try(ctx)
 		if err != nil || ok {

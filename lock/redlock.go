@@ -356,9 +356,22 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		return false, retry, nil
 	}
 
+	// The wait queues on the first node ctx does not hold already: the
+	// waiters of a node it holds (a Mutex's, on that node's Client) may
+	// wait for this very owner, and a RedLock behind them would wait for
+	// itself. With a node held, the first attempt goes ahead of them.
 	rw := &redWait{r: r}
-	err := r.clients[0].waitFor(ctx, waitSpec{
-		name: r.name, channel: r.nodes[0].unlockCh, wait: wait, lease: lease, try: try, subscribe: rw.subscribe,
+	reentry := false
+	for i := len(r.clients) - 1; i >= 0; i-- {
+		if carried[i] {
+			reentry = true
+		} else {
+			rw.home = i
+		}
+	}
+	err := r.clients[rw.home].waitFor(ctx, waitSpec{
+		name: r.name, channel: r.nodes[rw.home].unlockCh, wait: wait, lease: lease, try: try,
+		subscribe: rw.subscribe, eager: reentry,
 	})
 	rw.close()
 	if err != nil {
@@ -384,12 +397,15 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 		rh.alive++
 		if h.levels > 0 {
 			h.levels++
+			// The node's counter was raised to the RedLock's token,
+			// above the tokens h reserved for handing its lock over.
+			h.top = h.token
 			continue
 		}
 		h.kind = r.nodes[i]
 		h.fixed = lo.lease > 0
 		h.lease = r.nodeLease(i, lo)
-		h.token = token
+		h.token, h.top = token, 0
 		r.clients[i].establish(base, h, start)
 		r.clients[i].tieToParent(h)
 	}
@@ -594,11 +610,12 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 }
 
 // A redWait is the subscription side of one RedLock wait: the waiter waits
-// in the queue of the first node's Client, and an unlock on any node wakes
+// in the queue of its home node's Client, and an unlock on any node wakes
 // it.
 type redWait struct {
 	r       *RedLock
-	subs    []*chanSub // by client index; [0] unused (the queue's own)
+	home    int        // the client index whose queue the wait is in
+	subs    []*chanSub // by client index; [home] unused (the queue's own)
 	relayed []bool
 }
 
@@ -607,7 +624,7 @@ type redWait struct {
 // messages are missed, which the wait's bound covers.
 func (w *redWait) subscribe(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error {
 	r := w.r
-	c0 := r.clients[0]
+	c0 := r.clients[w.home]
 	if w.subs == nil {
 		w.subs = make([]*chanSub, len(r.clients))
 		w.relayed = make([]bool, len(r.clients))
@@ -618,8 +635,10 @@ func (w *redWait) subscribe(ctx context.Context, q *waitQueue, deadline <-chan t
 	}
 	all := []*chanSub{q.sub}
 	c0.qmu.Unlock()
-	for i := 1; i < len(r.clients); i++ {
-		c := r.clients[i]
+	for i, c := range r.clients {
+		if i == w.home {
+			continue
+		}
 		if w.subs[i] == nil {
 			w.subs[i] = c.subs.acquire(r.nodes[i].unlockCh)
 		}
@@ -654,8 +673,8 @@ wait:
 	if drop != nil {
 		c0.subs.release(drop)
 	}
-	for i := 1; i < len(r.clients); i++ {
-		if s := w.subs[i]; isDone(s.ready) && s.err != nil {
+	for i := range r.clients {
+		if s := w.subs[i]; i != w.home && isDone(s.ready) && s.err != nil {
 			r.clients[i].subs.release(s)
 			w.subs[i] = nil
 		}
@@ -665,13 +684,17 @@ wait:
 
 // close ends the subscriptions and relays of the wait.
 func (w *redWait) close() {
-	for i := 1; i < len(w.subs); i++ {
+	home := relay{to: w.r.clients[w.home], channel: w.r.nodes[w.home].unlockCh}
+	for i := range w.subs {
+		if i == w.home {
+			continue
+		}
 		c := w.r.clients[i]
 		if w.subs[i] != nil {
 			c.subs.release(w.subs[i])
 		}
 		if w.relayed[i] {
-			c.removeRelay(w.r.nodes[i].unlockCh, relay{to: w.r.clients[0], channel: w.r.nodes[0].unlockCh})
+			c.removeRelay(w.r.nodes[i].unlockCh, home)
 		}
 	}
 }

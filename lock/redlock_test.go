@@ -376,3 +376,62 @@ func TestRedLock_ClientsWithDifferentWatchdogTimeoutsKeepEveryNode(t *testing.T)
 		t.Fatal(err)
 	}
 }
+
+// A RedLock that re-enters a Mutex its context holds on one node, while a
+// goroutine of that node's Client waits for the Mutex, takes the other
+// nodes at once: it never queues behind a waiter that waits for its owner.
+func TestRedLock_ReentryDoesNotQueueBehindItsOwnWaiters(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	cs := redLockProcess(t, nodes)
+	name := lockName(t)
+	bg := context.Background()
+	held, err := cs[0].Mutex(name).Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := lockAsync(cs[0].Mutex(name))
+	eventually(t, 2*time.Second, "the waiter subscribed", func() bool {
+		ch := "redisson_lock__channel:{" + name + "}"
+		return nodes[0].Client().PubSubNumSub(bg, ch).Val()[ch] == 1
+	})
+	// Another process holds the lock on the other nodes: the RedLock has
+	// to wait for one of them.
+	others := redLockProcess(t, nodes[1:])
+	var blocking []context.Context
+	for _, o := range others {
+		ctx, err := o.Mutex(name).Lock(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocking = append(blocking, ctx)
+	}
+	rl := lock.NewRedLock(name, cs...)
+	got := make(chan lockResult, 1)
+	go func() {
+		ctx, err := rl.TryLock(held, 3*time.Second)
+		got <- lockResult{ctx, err}
+	}()
+	eventually(t, 2*time.Second, "the RedLock waits for an unlock on node 1", func() bool {
+		ch := "redisson_lock__channel:{" + name + "}"
+		return nodes[1].Client().PubSubNumSub(bg, ch).Val()[ch] == 1
+	})
+	if err := others[0].Mutex(name).Unlock(blocking[0]); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("a RedLock re-entering a held Mutex: %v", r.err)
+	}
+	ctx := r.ctx
+	if err := rl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs[0].Mutex(name).Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-waiter; r.err != nil {
+		t.Fatal(r.err)
+	} else {
+		cs[0].Mutex(name).Unlock(r.ctx)
+	}
+}

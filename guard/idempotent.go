@@ -475,9 +475,12 @@ func recordID(method, routeName, scope, key string) string {
 }
 
 // IdempotencyRecord returns the id of the request's idempotency record: a
-// short hash of route, caller and key. Store it in a unique-indexed column of
-// the row the request creates (gormplugin.ErrDuplicate then tells a repeat
-// that slipped past a lost record from a new request).
+// short hash of method, route, caller and key, but not of the rest of the
+// request's identity. Store it in a unique-indexed column of the row the
+// request creates, and IdempotencyFingerprint beside it:
+// gormplugin.ErrDuplicate then tells a repeat that slipped past a lost
+// record (same fingerprint: answer with the row) from the key reused for
+// another request (another fingerprint: AbortKeyReused).
 func IdempotencyRecord(c *gin.Context) (string, bool) {
 	v, ok := c.Get(idemKeyName)
 	s, _ := v.(string)

@@ -16,7 +16,9 @@ type Source uint8
 // for the others.
 const (
 	// SourceAny (<id>) takes the first of: the route's path parameter, the
-	// query parameter, the top-level field of the form or JSON body.
+	// query parameter, the top-level field of the form or JSON body. (A
+	// guard.Lock template applies only to routes that have the path
+	// parameter; see guard.Lock.)
 	SourceAny Source = iota
 	// SourcePath (<path:id>) takes the route's path parameter (c.Param).
 	SourcePath
@@ -151,6 +153,11 @@ func (t *Template) CheckRoute(route string) error {
 	}
 	return nil
 }
+
+// RouteHasParam reports whether the gin route (the path as registered,
+// "/api/seckill/:sku") has the path parameter name: a ":name" or "*name"
+// segment.
+func RouteHasParam(route, name string) bool { return routeHasParam(route, name) }
 
 func routeHasParam(route, name string) bool {
 	for seg := range strings.SplitSeq(route, "/") {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
@@ -14,8 +15,9 @@ import (
 	"github.com/seckillguard/seckillguard/guard"
 )
 
-// One line per route: every instance of the service then serialises the
-// work on one SKU, and answers 429 when it stays busy for 2 seconds.
+// One line for the router, or one per route: every instance of the service
+// then serialises the work on one SKU, and answers 429 when it stays busy
+// for 2 seconds.
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	g := guard.New(rdb)
@@ -23,18 +25,56 @@ func Example() {
 	guard.SetDefault(g)
 
 	r := gin.New()
-	r.Use(guard.Lock("sku:<id>")) // <id>: the path parameter, else query, else body
+	// Router-level: locks the routes that have an :id parameter; the
+	// others (/healthz, unknown routes) pass untouched.
+	r.Use(guard.Lock("sku:<id>"))
+	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	r.POST("/api/seckill/:id", func(c *gin.Context) {
 		// c.Request.Context() holds the lock: pass it to the database
 		// (db.WithContext) so that the writes are fenced.
 		tok, _ := guard.Token(c)
 		c.JSON(http.StatusCreated, gin.H{"locked": guard.Key(c), "fenced": tok.Valid()})
 	})
+	// Per route: the lock of this route only, with its own options.
+	r.POST("/api/orders/:order", guard.Lock("order:<order>", guard.Wait(100*time.Millisecond)),
+		func(c *gin.Context) { c.String(http.StatusCreated, guard.Key(c)) })
 
-	w := httptest.NewRecorder()
-	r.ServeHTTP(w, httptest.NewRequest("POST", "/api/seckill/42", nil))
-	fmt.Println(w.Code, w.Body.String())
-	// Output: 201 {"fenced":true,"locked":"sku:42"}
+	for _, req := range []*http.Request{
+		httptest.NewRequest("POST", "/api/seckill/42", nil),
+		httptest.NewRequest("GET", "/healthz", nil),
+		httptest.NewRequest("POST", "/api/orders/o-7", nil),
+	} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(w.Code, w.Body.String())
+	}
+	// Output:
+	// 201 {"fenced":true,"locked":"sku:42"}
+	// 200 ok
+	// 201 order:o-7
+}
+
+// The server in front of the middleware bounds how long a client may take
+// to send its request. Lock reads the body before it takes the lock (within
+// guard.BodyTimeout, 5s by default), so a slow client never holds a lock;
+// ReadHeaderTimeout and ReadTimeout keep it from holding a connection and a
+// goroutine for longer than that, also on routes without a lock.
+func Example_server() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	g := guard.New(rdb)
+	defer g.Close()
+
+	r := gin.New()
+	r.POST("/api/seckill/:sku", g.Lock("sku:<sku>"), func(c *gin.Context) { c.Status(http.StatusCreated) })
+	srv := &http.Server{
+		Addr:              ":8080",
+		Handler:           r,
+		ReadHeaderTimeout: 5 * time.Second,  // the request line and headers
+		ReadTimeout:       10 * time.Second, // the whole request, body included
+		WriteTimeout:      30 * time.Second, // the wait for the lock, the handler, the answer
+		IdleTimeout:       60 * time.Second,
+	}
+	log.Fatal(srv.ListenAndServe())
 }
 
 // Every route's settings in one file, checked at boot.

@@ -3,7 +3,11 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -29,11 +33,29 @@ func (s step) handler() gin.HandlerFunc {
 // Lock returns middleware that holds the distributed lock named by template
 // around the rest of the chain. template is literal text with <field>
 // placeholders filled from the request ("sku:<id>", "order:<ctx:user_id>");
-// see package ginmw for the sources. It panics on a malformed template.
+// see package ginmw for the sources. It panics on a malformed template and
+// on a refused option (see RouteOption).
+//
+// Lock is used the same way router-wide (r.Use), on a group and on one
+// route; which routes it locks follows from the template and the route's
+// path (c.FullPath()):
+//   - a <x> field (no source) names the path parameter :x; a route without
+//     it, and an unknown route, pass through untouched, so that
+//     r.Use(guard.Lock("sku:<id>")) locks the routes that have :id and
+//     leaves /healthz alone. Write <query:x> or <body:x> for a field of the
+//     query or the body.
+//   - a <path:x> field demands :x: on a route without it the request is
+//     answered 500 "lock_route_mismatch" (ErrRouteMismatch), and the first
+//     such request of each route is logged as an error.
+//
+// Before it takes the lock, Lock reads the request body whole (up to
+// BodyLimit, within BodyTimeout), so that the handler reads it from memory
+// and a client sending it slowly never holds the lock.
 //
 // Answers (all JSON {"error": ...}):
 //
 //	400 a key field is missing or unsafe       413 the body is over BodyLimit
+//	408 the body did not arrive in BodyTimeout 500 the template does not fit the route
 //	429 the key stayed locked for the wait     503 Redis is unreachable (unless FailOpen)
 //	409 the handler's write was refused as stale ("stale_write") or the lock was
 //	    lost while it ran ("lock_lost"), if the handler wrote no answer itself
@@ -53,8 +75,30 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 	if r.lease > 0 {
 		lockOpts = append(lockOpts, lock.WithLease(r.lease))
 	}
+	fits := &routeFits{tmpl: tmpl, log: g.log}
 	return func(c *gin.Context, next func()) {
+		switch fit, err := fits.of(c.FullPath()); fit {
+		case fitPass:
+			next()
+			return
+		case fitMismatch:
+			_ = c.Error(err)
+			ginmw.Abort(c, http.StatusInternalServerError, "lock_route_mismatch")
+			return
+		}
 		method, routeName := routeOf(c)
+		// The whole body is read before the lock is taken: a client that
+		// sends it slowly must not hold the lock while the handler waits.
+		if err := readBody(c, r); err != nil {
+			if errors.Is(err, ErrBodyTimeout) {
+				g.metrics.rejected.WithLabelValues(method, routeName, "body_timeout").Inc()
+				_ = c.Error(err)
+				ginmw.Abort(c, http.StatusRequestTimeout, "body_timeout")
+				return
+			}
+			g.reject(c, method, routeName, err)
+			return
+		}
 		key, err := tmpl.Resolve(c, r.bodyLimit)
 		if err != nil {
 			g.reject(c, method, routeName, err)
@@ -97,6 +141,101 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 		next()
 		g.afterHandler(c, ctx, method, routeName)
 	}
+}
+
+// ErrRouteMismatch is the error of a request on a route that a Lock's
+// template cannot apply to: the template takes a <path:x> parameter the
+// route does not have. Such a request is answered 500
+// {"error":"lock_route_mismatch"}, and the first one on each route is logged
+// as an error: it is a mistake in the code that registered the route.
+var ErrRouteMismatch = errors.New("guard: lock template does not fit the route")
+
+// ErrBodyTimeout is the error of a request whose body did not arrive within
+// BodyTimeout; it is answered 408 {"error":"body_timeout"}.
+var ErrBodyTimeout = errors.New("guard: request body not received in time")
+
+// routeFit says what a Lock does on a route.
+type routeFit uint8
+
+const (
+	fitApplies  routeFit = iota // the template takes its key from the route's requests
+	fitPass                     // the route is not the template's: requests pass untouched
+	fitMismatch                 // a <path:x> the route lacks: a mistake, answered 500
+)
+
+// fitOf decides what the Lock with template t does on route (c.FullPath()):
+//   - an unknown route ("", a 404 or 405) passes untouched;
+//   - a <path:x> field whose parameter the route lacks is a mismatch;
+//   - a <x> field (no source) whose parameter the route lacks makes the
+//     route pass untouched: that is how one router-level Lock guards the
+//     routes that have :x and leaves /healthz alone;
+//   - otherwise the lock applies.
+func fitOf(t *ginmw.Template, route string) (routeFit, error) {
+	if route == "" {
+		return fitPass, nil
+	}
+	if err := t.CheckRoute(route); err != nil {
+		return fitMismatch, fmt.Errorf("%w: %w", ErrRouteMismatch, err)
+	}
+	for _, f := range t.Fields() {
+		if f.Source == ginmw.SourceAny && !ginmw.RouteHasParam(route, f.Name) {
+			return fitPass, nil
+		}
+	}
+	return fitApplies, nil
+}
+
+// routeFits remembers fitOf per route, and logs a route the first time it
+// is seen not to fit.
+type routeFits struct {
+	tmpl *ginmw.Template
+	log  *slog.Logger
+	m    sync.Map // route → fitResult
+}
+
+type fitResult struct {
+	fit routeFit
+	err error
+}
+
+func (f *routeFits) of(route string) (routeFit, error) {
+	if v, ok := f.m.Load(route); ok {
+		r := v.(fitResult)
+		return r.fit, r.err
+	}
+	fit, err := fitOf(f.tmpl, route)
+	if _, loaded := f.m.LoadOrStore(route, fitResult{fit, err}); !loaded && route != "" {
+		switch fit {
+		case fitMismatch:
+			f.log.Error("guard: lock template names a path parameter the route does not have; its requests are answered 500",
+				"template", f.tmpl.String(), "route", route, "err", err)
+		case fitPass:
+			f.log.Info("guard: lock template does not apply to the route (it has no path parameter the template names); its requests pass unlocked",
+				"template", f.tmpl.String(), "route", route)
+		}
+	}
+	return fit, err
+}
+
+// readBody reads the request body whole, up to the route's BodyLimit and
+// within its BodyTimeout (a read deadline on the connection, where the
+// ResponseWriter offers one), so that the handler reads it from memory.
+func readBody(c *gin.Context, r route) error {
+	if body := c.Request.Body; body == nil || body == http.NoBody {
+		return nil
+	}
+	rc := http.NewResponseController(c.Writer)
+	bounded := rc.SetReadDeadline(time.Now().Add(r.bodyTimeout)) == nil
+	_, err := ginmw.Body(c, r.bodyLimit)
+	if err == nil && bounded {
+		// The body is read to its end; the server sets its own deadlines
+		// again for the connection's next request.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w within %v: %w", ErrBodyTimeout, r.bodyTimeout, err)
+	}
+	return err
 }
 
 // lockFailed answers a request whose lock was not acquired.

@@ -49,6 +49,9 @@ const (
 	DefaultRetryAfter = time.Second     // Retry-After of busy and in-progress answers
 	DefaultLongHold   = time.Second     // holds longer than this are logged
 	DefaultRecordTTL  = 24 * time.Hour  // how long an idempotent response is replayed
+	// DefaultBodyTimeout bounds how long Lock waits for a request's body
+	// before it takes the lock.
+	DefaultBodyTimeout = 5 * time.Second
 )
 
 // A RouteOption configures the middleware of one route. Making an option
@@ -58,8 +61,8 @@ const (
 // with an invalid WithDefaults option; LoadPolicies returns it with the
 // line), so the mistake stops the service at boot rather than under traffic.
 //
-// Some options configure only one of the two middlewares: Wait, Lease, Busy
-// and LongHold the lock; IdempotencyHeader, IdempotencyKey, OptionalKey,
+// Some options configure only one of the two middlewares: Wait, Lease, Busy,
+// BodyTimeout and LongHold the lock; IdempotencyHeader, IdempotencyKey, OptionalKey,
 // Scope, Unscoped, UseFingerprint, RecordTTL, WaitForFirst,
 // StoreServerErrors, MaxResponse and ReplayHeaders idempotency. Given to the
 // other middleware such an option would do nothing, so it is refused there
@@ -96,15 +99,16 @@ func (u optionUse) String() string {
 
 // route is the resolved configuration of one guarded route.
 type route struct {
-	wait       time.Duration
-	lease      time.Duration // 0: the watchdog renews the lock
-	busyStatus int
-	busyCode   string
-	retryAfter time.Duration
-	failOpen   bool
-	bodyLimit  int64
-	longHold   time.Duration
-	idem       idemConfig
+	wait        time.Duration
+	lease       time.Duration // 0: the watchdog renews the lock
+	busyStatus  int
+	busyCode    string
+	retryAfter  time.Duration
+	failOpen    bool
+	bodyLimit   int64
+	bodyTimeout time.Duration
+	longHold    time.Duration
+	idem        idemConfig
 
 	// building is the middleware whose own options are being applied
 	// (useBoth while defaults are); errs collects refused options.
@@ -114,12 +118,13 @@ type route struct {
 
 func defaultRoute() route {
 	return route{
-		wait:       DefaultWait,
-		busyStatus: http.StatusTooManyRequests,
-		busyCode:   "busy",
-		retryAfter: DefaultRetryAfter,
-		bodyLimit:  ginmw.DefaultBodyLimit,
-		longHold:   DefaultLongHold,
+		wait:        DefaultWait,
+		busyStatus:  http.StatusTooManyRequests,
+		busyCode:    "busy",
+		retryAfter:  DefaultRetryAfter,
+		bodyLimit:   ginmw.DefaultBodyLimit,
+		bodyTimeout: DefaultBodyTimeout,
+		longHold:    DefaultLongHold,
 		idem: idemConfig{
 			header:      "Idempotency-Key",
 			required:    true,
@@ -254,6 +259,21 @@ func BodyLimit(n int64) RouteOption {
 		return invalid("BodyLimit(%d): want 1 to MaxBodyLimit (%d) bytes", n, int64(MaxBodyLimit))
 	}
 	return func(r *route) { r.bodyLimit = n }
+}
+
+// BodyTimeout bounds how long Lock waits for the request body, which it
+// reads whole (up to BodyLimit) before it takes the lock, so that a client
+// sending its body slowly delays only its own request and never holds the
+// lock while the handler waits for bytes. A body not complete within d is
+// answered 408 {"error":"body_timeout"}. The bound is a read deadline on the
+// connection (http.ResponseController); where the ResponseWriter offers
+// none, the server's ReadTimeout is the only bound. Default
+// DefaultBodyTimeout (5s).
+func BodyTimeout(d time.Duration) RouteOption {
+	if d <= 0 {
+		return invalid("BodyTimeout(%v): must be positive", d)
+	}
+	return option(useLock, "BodyTimeout", func(r *route) { r.bodyTimeout = d })
 }
 
 // LongHold sets the hold time above which a hold is logged as a warning:

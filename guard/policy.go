@@ -355,11 +355,14 @@ func (s *settings) apply(rp *RoutePolicy) error {
 	}
 	if s.Lock != nil {
 		t, err := ginmw.ParseTemplate(s.Lock.value)
-		if err == nil {
-			err = t.CheckRoute(rp.Path)
-		}
 		if err != nil {
 			return fmt.Errorf("line %d: lock: %w", s.Lock.line, err)
+		}
+		if err := t.CheckRoute(rp.Path); err != nil {
+			return fmt.Errorf("line %d: lock: %w", s.Lock.line, err)
+		}
+		if fit, _ := fitOf(t, rp.Path); fit == fitPass {
+			return fmt.Errorf("line %d: lock: template %q takes a path parameter route %q does not have, so it would never lock it; write <query:x> or <body:x> for a field of the query or the body", s.Lock.line, t.String(), rp.Path)
 		}
 		rp.lock = t
 	}

@@ -246,6 +246,8 @@ func TestPolicies_RefusedWithTheLine(t *testing.T) {
 		"path with a space": {"routes:\n  - route: POST /a b\n    lock: x\n", `line 2: route "POST /a b": the path has a space`},
 		"body limit beyond allocation": {"routes:\n  - route: POST /a\n    lock: x\n    body_limit: 9223372036854775807\n",
 			"line 4: guard: invalid route option: BodyLimit(9223372036854775807)"},
+		"lock field the route lacks": {"routes:\n  - route: POST /orders\n    lock: \"order:<order_id>\"\n",
+			`line 3: lock: template "order:<order_id>" takes a path parameter route "/orders" does not have`},
 		"default body limit beyond allocation": {"defaults:\n  body_limit: 2147483648\nroutes:\n  - route: POST /a\n    lock: x\n",
 			"line 2: guard: invalid route option: BodyLimit(2147483648)"},
 	}

@@ -332,6 +332,14 @@ func runModel(t *testing.T, cfg modelConfig, e *modelEnv) {
 	close(sweepStop)
 	<-sweepDone
 	closeAll()
+	if path := os.Getenv("MODEL_LOG"); path != "" { // the whole event log, for a closer look
+		m.mu.Lock()
+		err := os.WriteFile(path, []byte(strings.Join(m.log, "\n")+"\n"), 0o644)
+		m.mu.Unlock()
+		if err != nil {
+			t.Log(err)
+		}
+	}
 	m.mu.Lock()
 	var counts []string
 	for k, v := range m.counts {
@@ -634,7 +642,7 @@ func (a *actor) freshSpec(nested bool) lockSpec {
 		kinds = append(kinds, kRead, kRead, kWrite)
 	}
 	if a.cfg.mix["sem"] {
-		kinds = append(kinds, kPermit, kPermit)
+		kinds = append(kinds, kPermit, kPermit, kPermit)
 	}
 	s.kind = kinds[a.rng.IntN(len(kinds))]
 	switch s.kind {

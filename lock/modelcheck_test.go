@@ -325,6 +325,9 @@ func (m *model) checkEntry(b *mhold) {
 	if b.role == rolePermit {
 		allowed = b.permits - 1
 	}
+	if len(cands) > 0 {
+		m.counts["beside:"+b.role.String()]++
+	}
 	if len(cands) <= allowed {
 		return
 	}

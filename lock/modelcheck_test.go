@@ -574,6 +574,8 @@ func errorClass(err error) string {
 		return "not-held"
 	case errors.Is(err, lock.ErrLost):
 		return "lost"
+	case errors.Is(err, lock.ErrReleased): // a re-entry of a hold released a moment ago
+		return "released"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "ctx"
 	case errors.Is(err, lock.ErrClosed), errors.Is(err, lock.ErrInvalid):

@@ -69,7 +69,7 @@ var modelMixes = map[string]bool{
 	"rollback": true,  // the token counter rolled back (while below the Redis clock)
 	"restart":  true,  // Redis restarted, its data gone (single Redis only)
 	"long":     true,  // work longer than the watchdog's period, so renewals matter
-	"release":  false, // re-entries with a fixed lease of their own
+	"release":  true,  // re-entries with a fixed lease, which applies to the hold from then on
 	// A MultiLock over names the goroutine holds already. Off until two
 	// defects are fixed: the MultiLock's token is above the held Mutex's,
 	// whose next handover within its Client then hands out a token below it;
@@ -715,7 +715,7 @@ func (a *actor) reentrySpec(all []*entry) (lockSpec, bool) {
 	case rolePermit:
 		s.kind = kPermit
 	}
-	if a.cfg.mix["release"] && a.chance(0.1) {
+	if a.cfg.mix["release"] && s.kind != kMulti && a.chance(0.1) {
 		s.lease = a.dur(50*time.Millisecond, a.cfg.timing.lease)
 	}
 	return s, true
@@ -910,7 +910,7 @@ func (a *actor) acquire(base context.Context, spec lockSpec, all []*entry) *entr
 			}
 		}
 	}
-	holds := a.m.entered(a.id, spec.client, spec.String(), out, called, returned, grants, floors, issues, spec.lease)
+	holds := a.m.entered(a.id, spec.client, spec.String(), out, called, returned, grants, floors, issues, spec.lease, spec.kind != kMulti)
 	for i, h := range holds {
 		if grants[i].reenter == nil {
 			context.AfterFunc(h.ctx, func() { a.m.told(h, time.Now(), context.Cause(h.ctx)) })

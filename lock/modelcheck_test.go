@@ -243,9 +243,10 @@ type grant struct {
 // called and returned at returned with ctx, and checks it. floors are
 // tokensBefore's answer for the grants' names, in order; tokens reports
 // whether the acquisition hands out a token for its names (a compound lock
-// re-entering a hold issues one too); fixed is its lease when fixed.
+// re-entering a hold issues one too); fixed is its lease when fixed, and
+// relet says whether a re-entry's lease applies to the hold it re-enters.
 func (m *model) entered(who string, client int, via string, ctx context.Context, called, returned time.Time,
-	grants []grant, floors []fencing.Token, tokens bool, fixed time.Duration) []*mhold {
+	grants []grant, floors []fencing.Token, tokens bool, fixed time.Duration, relet bool) []*mhold {
 	tok, _ := fencing.FromContext(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -254,6 +255,10 @@ func (m *model) entered(who string, client int, via string, ctx context.Context,
 	for i, g := range grants {
 		if g.reenter != nil {
 			g.reenter.levels++
+			if fixed > 0 && relet {
+				// A re-entry's lease applies to the hold from then on.
+				g.reenter.leaseEnd = returned.Add(fixed)
+			}
 			out[i] = g.reenter
 			m.logf("%s re-enters %s with %s (levels %d) called=%s", who, g.reenter, via, g.reenter.levels, m.at(called))
 			continue

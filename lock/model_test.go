@@ -64,18 +64,13 @@ var modelMixes = map[string]bool{
 	"fair":     true,  // FairMutexes on the Mutexes' names
 	"other":    true,  // a goroutine takes a lock through another Client than its own
 	"net":      true,  // delays and resets between a Client and Redis
-	"cutoff":   false, // a Client cut off from Redis (blackhole) for up to 1.5 leases
+	"cutoff":   true,  // a Client cut off from Redis (blackhole) for up to 1.5 leases
 	"delete":   true,  // a lock key deleted under its holders
 	"rollback": true,  // the token counter rolled back (while below the Redis clock)
 	"restart":  true,  // Redis restarted, its data gone (single Redis only)
 	"long":     true,  // work longer than the watchdog's period, so renewals matter
 	"release":  true,  // re-entries with a fixed lease, which applies to the hold from then on
-	// A MultiLock over names the goroutine holds already. Off until two
-	// defects are fixed: the MultiLock's token is above the held Mutex's,
-	// whose next handover within its Client then hands out a token below it;
-	// and a MultiLock re-entry waits behind its own Client's waiters for the
-	// locks it holds.
-	"multire": false,
+	"multire":  true,  // a MultiLock over names the goroutine holds already
 }
 
 func modelMixNames() []string {

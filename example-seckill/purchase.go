@@ -52,7 +52,7 @@ func (s *Service) buy(c *gin.Context) {
 	if s.guard != nil && guard.Key(c) == "" {
 		// The policy file does not lock this route: refuse loudly rather
 		// than sell without the lock.
-		s.log.Error("seckill: purchase reached without a lock; check the lock entry of POST " + routeBuy + " in the policy file")
+		s.log.ErrorContext(ctx, "seckill: purchase reached without a lock; check the lock entry of POST "+routeBuy+" in the policy file")
 		ginmw.Abort(c, http.StatusInternalServerError, "not_locked")
 		return
 	}
@@ -149,7 +149,7 @@ func (s *Service) undecided(c *gin.Context, err error) bool {
 	if !errors.Is(err, gormplugin.ErrOutcomeUnknown) {
 		return false
 	}
-	s.log.Warn("seckill: the outcome of a purchase's write is unknown; a retry finds out", "path", c.Request.URL.Path, "err", err)
+	s.log.WarnContext(c.Request.Context(), "seckill: the outcome of a purchase's write is unknown; a retry finds out", "path", c.Request.URL.Path, "err", err)
 	_ = c.Error(err)
 	ginmw.Abort(c, http.StatusServiceUnavailable, "outcome_unknown", ginmw.RetryAfter(time.Second))
 	return true
@@ -212,7 +212,7 @@ func (s *Service) duplicate(c *gin.Context, ctx context.Context, order Order, er
 
 // internal answers 500 and logs why.
 func (s *Service) internal(c *gin.Context, what string, err error) {
-	s.log.Error("seckill: "+what, "path", c.Request.URL.Path, "err", err)
+	s.log.ErrorContext(c.Request.Context(), "seckill: "+what, "path", c.Request.URL.Path, "err", err)
 	_ = c.Error(err)
 	ginmw.Abort(c, http.StatusInternalServerError, "internal")
 }

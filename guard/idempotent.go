@@ -239,7 +239,7 @@ func (g *Guard) idempotentStep(r route) step {
 		}
 		rec, markerFP, err := decodeRecord(raw)
 		if err != nil {
-			g.log.Error("guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
+			g.log.ErrorContext(c.Request.Context(), "guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
 		}
 		if rec != nil {
 			g.replay(c, rec, fp, method, routeName)
@@ -276,7 +276,7 @@ func (g *Guard) idempotentStep(r route) step {
 		}
 		defer func() {
 			if uerr := sem.Release(ctx); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
-				g.log.Error("guard: releasing an idempotency key failed; it frees itself with its lease", "route", routeName, "err", uerr)
+				g.log.ErrorContext(c.Request.Context(), "guard: releasing an idempotency key failed; it frees itself with its lease", "route", routeName, "err", uerr)
 			}
 		}()
 
@@ -358,12 +358,12 @@ func (g *Guard) idemUnavailable(c *gin.Context, r route, method, routeName strin
 	}
 	if r.failOpen {
 		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
-		g.log.Warn("guard: idempotency unavailable; the route fails open and runs unguarded", "route", routeName, "err", err)
+		g.log.WarnContext(c.Request.Context(), "guard: idempotency unavailable; the route fails open and runs unguarded", "route", routeName, "err", err)
 		next()
 		return
 	}
 	g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
-	g.log.Error("guard: idempotency unavailable", "route", routeName, "err", err)
+	g.log.ErrorContext(c.Request.Context(), "guard: idempotency unavailable", "route", routeName, "err", err)
 	_ = c.Error(err)
 	ginmw.Abort(c, http.StatusServiceUnavailable, "idempotency_unavailable", ginmw.RetryAfter(r.retryAfter))
 }
@@ -396,7 +396,7 @@ func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context
 	idem := g.metrics.idem
 	resp, err := rcd.Response(ic.replayHeaders...)
 	if err != nil {
-		g.log.Warn("guard: response not stored for idempotent replay; a retry runs the request again",
+		g.log.WarnContext(ctx, "guard: response not stored for idempotent replay; a retry runs the request again",
 			"route", routeName, "reason", err)
 		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
@@ -414,11 +414,11 @@ func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context
 	}
 	switch {
 	case err != nil:
-		g.log.Error("guard: storing an idempotent response failed; a retry runs the request again", "route", routeName, "err", err)
+		g.log.ErrorContext(ctx, "guard: storing an idempotent response failed; a retry runs the request again", "route", routeName, "err", err)
 		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 	case stored == 0:
-		g.log.Warn("guard: response not stored: a newer execution took the idempotency key", "route", routeName)
+		g.log.WarnContext(ctx, "guard: response not stored: a newer execution took the idempotency key", "route", routeName)
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 	default:
 		idem.WithLabelValues(method, routeName, "stored").Inc()
@@ -448,7 +448,7 @@ func storable(status int, ic idemConfig) bool {
 // runs the request again.
 func (g *Guard) dropRecord(ctx context.Context, recKey, marker, routeName string) {
 	if err := finishScript.Run(ctx, g.rdb, []string{recKey}, marker, "", 0).Err(); err != nil {
-		g.log.Warn("guard: dropping an in-progress idempotency marker failed; it expires with the record TTL",
+		g.log.WarnContext(ctx, "guard: dropping an in-progress idempotency marker failed; it expires with the record TTL",
 			"route", routeName, "err", err)
 	}
 }

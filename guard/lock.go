@@ -128,13 +128,13 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 			switch {
 			case Lost(ctx) || errors.Is(uerr, lock.ErrLost):
 				g.metrics.lost.WithLabelValues(method, routeName).Inc()
-				g.log.Warn("guard: lock lost while the handler ran; its fenced writes were refused",
+				g.log.WarnContext(reqCtx, "guard: lock lost while the handler ran; its fenced writes were refused",
 					"route", routeName, "key", key, "held", held, "cause", context.Cause(ctx))
 			case uerr != nil:
-				g.log.Error("guard: unlock failed; it is retried in the background until the lock's lease ends", "route", routeName, "key", key, "err", uerr)
+				g.log.ErrorContext(reqCtx, "guard: unlock failed; it is retried in the background until the lock's lease ends", "route", routeName, "key", key, "err", uerr)
 			}
 			if held > r.longHold {
-				g.log.Warn("guard: lock held longer than the threshold; keep remote calls out of the critical section",
+				g.log.WarnContext(reqCtx, "guard: lock held longer than the threshold; keep remote calls out of the critical section",
 					"route", routeName, "key", key, "held", held, "threshold", r.longHold)
 			}
 		}()
@@ -251,16 +251,16 @@ func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key strin
 		ginmw.Abort(c, r.busyStatus, r.busyCode, ginmw.RetryAfter(r.retryAfter))
 	case errors.Is(err, lock.ErrInvalid):
 		answeredByFramework(c)
-		g.log.Error("guard: the lock refused the request's key or the Guard's configuration", "route", routeName, "key", key, "err", err)
+		g.log.ErrorContext(c.Request.Context(), "guard: the lock refused the request's key or the Guard's configuration", "route", routeName, "key", key, "err", err)
 		ginmw.AbortError(c, err)
 	case r.failOpen:
 		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
-		g.log.Warn("guard: lock unavailable; the route fails open and runs unprotected", "route", routeName, "key", key, "err", err)
+		g.log.WarnContext(c.Request.Context(), "guard: lock unavailable; the route fails open and runs unprotected", "route", routeName, "key", key, "err", err)
 		next()
 	default:
 		answeredByFramework(c)
 		g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
-		g.log.Error("guard: lock unavailable", "route", routeName, "key", key, "err", err)
+		g.log.ErrorContext(c.Request.Context(), "guard: lock unavailable", "route", routeName, "key", key, "err", err)
 		_ = c.Error(err)
 		ginmw.Abort(c, http.StatusServiceUnavailable, "lock_unavailable", ginmw.RetryAfter(r.retryAfter))
 	}

@@ -53,24 +53,24 @@ var (
 // modelMixes are the parts of the operation mix that can be switched; the
 // value is the default.
 var modelMixes = map[string]bool{
-	"fanout":   true,  // goroutines sharing a lock context re-enter its hold
-	"fresh":    true,  // goroutines sharing a request context take locks of their own: they must exclude each other (ownership per hold)
-	"lifetime": true,  // a request whose context ended skips its Unlocks: its holds must be released by themselves
-	"cancel":   true,  // request contexts and per-call deadlines end at random points
-	"lease":    true,  // fixed leases (WithLease), some shorter than the work
-	"multi":    true,  // MultiLocks, over free names and over names already held
-	"rw":       true,  // RWMutex read and write holds, downgrades, refused upgrades
-	"sem":      true,  // Semaphores of 1 and 2 permits
-	"fair":     true,  // FairMutexes on the Mutexes' names
-	"other":    true,  // a goroutine takes a lock through another Client than its own
-	"net":      true,  // delays and resets between a Client and Redis
-	"cutoff":   true,  // a Client cut off from Redis (blackhole) for up to 1.5 leases
-	"delete":   true,  // a lock key deleted under its holders
-	"rollback": true,  // the token counter rolled back (while below the Redis clock)
-	"restart":  true,  // Redis restarted, its data gone (single Redis only)
-	"long":     true,  // work longer than the watchdog's period, so renewals matter
-	"release":  true,  // re-entries with a fixed lease, which applies to the hold from then on
-	"multire":  true,  // a MultiLock over names the goroutine holds already
+	"fanout":   true, // goroutines sharing a lock context re-enter its hold
+	"fresh":    true, // goroutines sharing a request context take locks of their own: they must exclude each other (ownership per hold)
+	"lifetime": true, // a request whose context ended skips its Unlocks: its holds must be released by themselves
+	"cancel":   true, // request contexts and per-call deadlines end at random points
+	"lease":    true, // fixed leases (WithLease), some shorter than the work
+	"multi":    true, // MultiLocks, over free names and over names already held
+	"rw":       true, // RWMutex read and write holds, downgrades, refused upgrades
+	"sem":      true, // Semaphores of 1 and 2 permits
+	"fair":     true, // FairMutexes on the Mutexes' names
+	"other":    true, // a goroutine takes a lock through another Client than its own
+	"net":      true, // delays and resets between a Client and Redis
+	"cutoff":   true, // a Client cut off from Redis (blackhole) for up to 1.5 leases
+	"delete":   true, // a lock key deleted under its holders
+	"rollback": true, // the token counter rolled back (while below the Redis clock)
+	"restart":  true, // Redis restarted, its data gone (single Redis only)
+	"long":     true, // work longer than the watchdog's period, so renewals matter
+	"release":  true, // re-entries with a fixed lease, which applies to the hold from then on
+	"multire":  true, // a MultiLock over names the goroutine holds already
 }
 
 func modelMixNames() []string {
@@ -887,8 +887,10 @@ func (a *actor) acquire(base context.Context, spec lockSpec, all []*entry) *entr
 		case class == "busy" && reentry && !a.anyTold(grants):
 			a.m.violation("%s: a re-entry of holds it has was refused as busy", what)
 		}
+		a.checkWait(what, spec, called, returned)
 		return nil
 	}
+	a.checkWait(what, spec, called, returned)
 	if upgrade {
 		a.m.violation("%s: an upgrade from a held read lock succeeded", what)
 	}
@@ -930,6 +932,20 @@ func (a *actor) acquire(base context.Context, spec lockSpec, all []*entry) *entr
 	return e
 }
 
+// checkWait checks that a TryLock returned within its wait, unless the
+// network was disturbed meanwhile (a call under way then waits for its
+// own timeout). The bound allows for a loaded machine, not for waiting
+// behind another goroutine's wait.
+func (a *actor) checkWait(what string, spec lockSpec, called, returned time.Time) {
+	if spec.wait < 0 {
+		return
+	}
+	took := returned.Sub(called)
+	if bound := spec.wait + time.Second; took > bound && a.m.quiet(called, returned, 5*time.Second) {
+		a.m.violation("%s: took %v, more than its wait and %v", what, took, bound-spec.wait)
+	}
+}
+
 // anyTold reports whether one of the holds the grants re-enter has been told.
 func (a *actor) anyTold(grants []grant) bool {
 	for _, g := range grants {
@@ -966,6 +982,21 @@ func (a *actor) release(e *entry) {
 	}
 	if e.cancel != nil {
 		e.cancel()
+	}
+	a.checkHoldCount(e)
+}
+
+// checkHoldCount checks that a Mutex or FairMutex level whose hold has been
+// released answers HoldCount with 0 (and no error): its context ended with
+// the release, which must not make the question fail.
+func (a *actor) checkHoldCount(e *entry) {
+	if e.spec.kind != kMutex && e.spec.kind != kFair || a.m.levels(e.holds[0]) > 0 {
+		return
+	}
+	c := a.e.clients[e.spec.client]
+	n, err := c.Mutex(e.spec.names[0]).HoldCount(e.ctx)
+	if class := errorClass(err); class != "net" && (err != nil || n != 0) {
+		a.m.violation("%s: HoldCount after the final Unlock = %d, %v; want 0", a.id, n, err)
 	}
 }
 
@@ -1115,6 +1146,7 @@ func (f *injector) run(end time.Time) {
 				continue
 			}
 			d := f.dur(100*time.Millisecond, 800*time.Millisecond)
+			w := f.m.netFault(-1, time.Now())
 			switch f.rng.IntN(3) {
 			case 0:
 				lat := f.dur(time.Millisecond, 30*time.Millisecond)
@@ -1132,6 +1164,7 @@ func (f *injector) run(end time.Time) {
 				f.m.event("FAULT reset all connections of client %d", i)
 				p.ResetAll()
 			}
+			f.m.netFault(w, time.Now())
 			f.m.event("FAULT healed on client %d", i)
 		case "cutoff":
 			i := f.rng.IntN(len(e.proxies))
@@ -1141,9 +1174,11 @@ func (f *injector) run(end time.Time) {
 			}
 			d := f.dur(100*time.Millisecond, 3*f.cfg.timing.lease/2)
 			f.m.event("FAULT client %d cut off for %v", i, d)
+			w := f.m.netFault(-1, time.Now())
 			p.SetBlackhole(true)
 			f.wait(end, d)
 			p.SetBlackhole(false)
+			f.m.netFault(w, time.Now())
 			f.m.event("FAULT client %d reconnected", i)
 		case "delete":
 			names := e.allNames()
@@ -1173,7 +1208,9 @@ func (f *injector) run(end time.Time) {
 			after := f.cfg.timing.lease + f.cfg.timing.slack
 			from := time.Now()
 			f.m.doom(e.allNames(), from, from.Add(10*time.Second), after, "Redis to be restarted")
+			w := f.m.netFault(-1, from)
 			e.srv.Restart()
+			f.m.netFault(w, time.Now())
 			f.m.doom(e.allNames(), from, time.Now(), after, "Redis restarted")
 		}
 	}

@@ -139,6 +139,7 @@ type model struct {
 	violations  []string
 	log         []string // recent events, newest last
 	logged      int
+	netFaults   []window // when the network between Clients and Redis was disturbed
 	stop        chan struct{}
 	stopOnce    sync.Once
 	counts      map[string]int
@@ -372,6 +373,35 @@ func (m *model) doom(names []string, from, to time.Time, after time.Duration, wh
 		}
 	}
 	m.logf("FAULT %s on %v from %s to %s", why, names, m.at(from), m.at(to))
+}
+
+// A window is a span of time a fault lasted; to is zero while it lasts.
+type window struct{ from, to time.Time }
+
+// netFault records that a network fault began (to zero) or ended; it
+// returns the index of its window.
+func (m *model) netFault(i int, at time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i < 0 {
+		m.netFaults = append(m.netFaults, window{from: at})
+		return len(m.netFaults) - 1
+	}
+	m.netFaults[i].to = at
+	return i
+}
+
+// quiet reports whether no network fault touched [from, to], nor ended less
+// than after before from (calls cut off by it may still be timing out).
+func (m *model) quiet(from, to time.Time, after time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.netFaults {
+		if w.from.Before(to) && (w.to.IsZero() || w.to.Add(after).After(from)) {
+			return false
+		}
+	}
+	return true
 }
 
 // levels returns h's levels.

@@ -54,14 +54,49 @@ func WithToken(ctx context.Context, t Token) context.Context {
 	return context.WithValue(ctx, tokenKey{}, t)
 }
 
+// ContextKey is the key under which web middleware publishes the context of
+// the lock it holds on a framework's own request context, for frameworks
+// whose context does not hand out the values of the request's context.
+// Gin's *gin.Context answers string keys from c.Keys whatever its
+// ContextWithFallback says, so guard.Lock does c.Set(fencing.ContextKey,
+// lockCtx), and db.WithContext(c) finds the token through FromContext. A
+// string, because the framework looks up only string keys there.
+const ContextKey = "seckillguard/fencing.lockContext"
+
 // FromContext returns the token of the innermost lock held by ctx, and
-// whether there is one.
+// whether there is one. A ctx that carries no token of its own but a lock
+// context under ContextKey (a *gin.Context inside guard.Lock) gives that
+// context's token.
 func FromContext(ctx context.Context) (Token, bool) {
+	return fromContext(Holder(ctx))
+}
+
+func fromContext(ctx context.Context) (Token, bool) {
 	if ctx == nil {
 		return 0, false
 	}
 	t, ok := ctx.Value(tokenKey{}).(Token)
 	return t, ok && t.Valid()
+}
+
+// Holder returns the context whose token FromContext(ctx) reports: ctx
+// itself, or the lock context published under ContextKey when ctx carries
+// no token of its own. Storage adapters watch it for the end of the hold:
+// it is cancelled when the lock is lost, which a *gin.Context is not unless
+// ContextWithFallback is set.
+func Holder(ctx context.Context) context.Context {
+	if ctx == nil {
+		return nil
+	}
+	if _, ok := ctx.Value(tokenKey{}).(Token); ok {
+		return ctx
+	}
+	if inner, ok := ctx.Value(ContextKey).(context.Context); ok && inner != nil {
+		if _, ok := inner.Value(tokenKey{}).(Token); ok {
+			return inner
+		}
+	}
+	return ctx
 }
 
 // ErrStale is the errors.Is target of every rejection of a write whose token

@@ -64,3 +64,44 @@ func TestStaleError_IsErrStaleAndNamesBothTokens(t *testing.T) {
 		t.Fatal("StaleError with a cause must match both the cause and ErrStale")
 	}
 }
+
+// frameworkContext answers string keys from its own map and nothing else,
+// as a *gin.Context does with ContextWithFallback false.
+type frameworkContext struct {
+	context.Context
+	keys map[string]any
+}
+
+func (c *frameworkContext) Value(key any) any {
+	if s, ok := key.(string); ok {
+		return c.keys[s]
+	}
+	return nil
+}
+
+func TestFromContext_FindsTheLockContextPublishedUnderContextKey(t *testing.T) {
+	lockCtx, cancel := context.WithCancel(fencing.WithToken(context.Background(), 42))
+	defer cancel()
+	fw := &frameworkContext{Context: context.Background(), keys: map[string]any{fencing.ContextKey: lockCtx}}
+	if tok, ok := fencing.FromContext(fw); !ok || tok != 42 {
+		t.Fatalf("FromContext = %d, %v; want 42, true", tok, ok)
+	}
+	if fencing.Holder(fw) != lockCtx {
+		t.Fatal("Holder is not the published lock context")
+	}
+	// A token of the context's own wins over a published one.
+	own := fencing.WithToken(fw, 43)
+	if tok, _ := fencing.FromContext(own); tok != 43 || fencing.Holder(own) != own {
+		t.Fatalf("own token: FromContext = %d", tok)
+	}
+	// Nothing published, or something else under the key: no token.
+	for _, ctx := range []context.Context{
+		&frameworkContext{Context: context.Background()},
+		&frameworkContext{Context: context.Background(), keys: map[string]any{fencing.ContextKey: "x"}},
+		&frameworkContext{Context: context.Background(), keys: map[string]any{fencing.ContextKey: context.Background()}},
+	} {
+		if _, ok := fencing.FromContext(ctx); ok || fencing.Holder(ctx) != ctx {
+			t.Fatalf("token found in %v", ctx)
+		}
+	}
+}

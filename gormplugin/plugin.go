@@ -192,8 +192,9 @@ func (p *Plugin) guard(db *gorm.DB) {
 		}
 		return
 	}
-	if ctxutil.Ended(stmt.Context) {
-		db.AddError(refused(stmt, token))
+	// The hold's own context: for a *gin.Context it is not stmt.Context.
+	if holder := fencing.Holder(stmt.Context); ctxutil.Ended(holder) {
+		db.AddError(refusedIn(holder, stmt.Table, token))
 		return
 	}
 	if field != nil {

@@ -61,9 +61,13 @@ func (s step) handler() gin.HandlerFunc {
 //	    lost while it ran ("lock_lost"), if the handler wrote no answer itself
 //
 // The handler runs with the lock's context as its request context: pass
-// c.Request.Context() to the database (db.WithContext) so writes carry the
-// fencing token; it is cancelled with cause lock.ErrLost if the lock is
-// lost. The lock is released when the handler returns or panics. A handler
+// it to the database (db.WithContext(c.Request.Context()), or the Gin idiom
+// db.WithContext(c)) so writes carry the fencing token; it is cancelled
+// with cause lock.ErrLost if the lock is lost. With db.WithContext(c) the
+// token is found whatever the engine's ContextWithFallback: Lock publishes
+// its context under fencing.ContextKey, which gormplugin looks up; only
+// with ContextWithFallback set, or with c.Request.Context(), does the
+// database driver also abandon a query when the lock is lost. The lock is released when the handler returns or panics. A handler
 // that reports an error with c.Error(err) where errors.Is(err,
 // fencing.ErrStale) is answered 409.
 func (g *Guard) Lock(template string, opts ...RouteOption) gin.HandlerFunc {
@@ -119,8 +123,17 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 		orig := c.Request
 		c.Request = orig.WithContext(ctx)
 		c.Set(lockKeyName, key)
+		// db.WithContext(c) with the *gin.Context itself finds the token
+		// there, whatever the engine's ContextWithFallback.
+		prevHolder, hadHolder := c.Get(fencing.ContextKey)
+		c.Set(fencing.ContextKey, ctx)
 		defer func() {
 			// Runs when the handler returns and when it panics.
+			if hadHolder {
+				c.Set(fencing.ContextKey, prevHolder)
+			} else {
+				c.Delete(fencing.ContextKey)
+			}
 			c.Request = orig
 			held := time.Since(heldAt)
 			uerr := m.Unlock(ctx)

@@ -1,0 +1,72 @@
+package guard_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/gormplugin"
+	"github.com/seckillguard/seckillguard/guard"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+)
+
+// item is a fenced row.
+type item struct {
+	ID    uint
+	SKU   string `gorm:"size:64;uniqueIndex"`
+	Stock int
+	Fence gormplugin.Fence
+}
+
+func TestLock_DBWithGinContextIsFencedWhateverContextWithFallback(t *testing.T) {
+	srv := testenv.Redis(t)
+	db, err := gorm.Open(mysql.Open(testenv.MySQL(t)), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Use(gormplugin.New(gormplugin.Strict())); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AutoMigrate(&item{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextWithFallback=%v", fallback), func(t *testing.T) {
+			sku := fmt.Sprintf("sku-%v", fallback)
+			// Strict refuses a token-less write to the model: seed with SQL.
+			if err := db.Exec("INSERT INTO items (sku, stock, fence) VALUES (?, 10, 0)", sku).Error; err != nil {
+				t.Fatal(err)
+			}
+			var token fencing.Token
+			in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+				r.ContextWithFallback = fallback
+				r.POST("/buy/:sku", g.Lock("sku:<sku>"), func(c *gin.Context) {
+					token, _ = guard.Token(c)
+					// The Gin idiom: the *gin.Context itself as the context.
+					err := db.WithContext(c).Model(&item{}).Where("sku = ?", c.Param("sku")).
+						Update("stock", gorm.Expr("stock - 1")).Error
+					if err != nil {
+						c.String(500, err.Error())
+						return
+					}
+					c.Status(200)
+				})
+			})
+			if r := do(t, "POST", in.srv.URL+"/buy/"+sku, ""); r.status != 200 {
+				t.Fatalf("buy: %d %s", r.status, r.body)
+			}
+			var row item
+			if err := db.Where("sku = ?", sku).Take(&row).Error; err != nil {
+				t.Fatal(err)
+			}
+			if !token.Valid() || row.Fence.Token() != token || row.Stock != 9 {
+				t.Fatalf("row %+v after a write under token %d: want stock 9 and fence %d", row, token, token)
+			}
+		})
+	}
+}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/internal/testenv"
 	"github.com/seckillguard/seckillguard/lock"
@@ -443,4 +447,90 @@ func TestHandover_TokenAboveACompoundLocksReentry(t *testing.T) {
 			return tok
 		})
 	})
+}
+
+// lateCalls is a go-redis hook that answers the next matching command with
+// a read timeout at once and sends it later, on a connection of its own, as
+// a request stuck in the network that arrives after its caller gave up.
+type lateCalls struct {
+	match func(redis.Cmder) bool
+	left  atomic.Int32
+	delay time.Duration
+	via   *redis.Client
+	sent  chan struct{} // closed once the late command has run
+}
+
+func (h *lateCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lateCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !h.match(cmd) || h.left.Add(-1) < 0 {
+			return next(ctx, cmd)
+		}
+		args := cmd.Args()
+		go func() {
+			time.Sleep(h.delay)
+			h.via.Do(context.Background(), args...)
+			close(h.sent)
+		}()
+		err := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+// isTransfer matches the handover script: two keys (the lock and its token
+// counter) and five arguments.
+func isTransfer(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	k, _ := args[min(4, len(args)-1)].(string)
+	return cmd.Name() == "evalsha" && len(args) == 10 && strings.HasPrefix(k, "redisson_lock_token:")
+}
+
+// A handover whose reply timed out but that reached Redis after the
+// releaser gave up on it (and freed the lock) leaves no field behind that
+// nobody knows it holds: the waiter gets the lock at once, not when a
+// phantom's lease ends.
+func TestHandover_TransferAppliedAfterItTimedOutLeavesNoPhantom(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond, via: srv.Client(), sent: make(chan struct{})}
+	rdb.AddHook(late)
+	c := lock.New(rdb) // a lease of 30s: a phantom would hold the lock that long
+	defer c.Close()
+	m := c.Mutex(lockName(t))
+	bg := context.Background()
+	// A handover first, so that Redis knows the script the late call names.
+	held, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := waiting(t, m)
+	m.Unlock(held)
+	held = <-next
+	if held == nil {
+		t.FailNow()
+	}
+
+	next = waiting(t, m)
+	late.left.Store(1)
+	m.Unlock(held) // the handover times out; its call arrives 10ms later, before the release is retried
+	select {
+	case ctx := <-next:
+		if ctx == nil {
+			t.FailNow()
+		}
+		<-late.sent
+		if ctx.Err() != nil {
+			t.Fatalf("the waiter's hold ended: %v", context.Cause(ctx))
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("the waiter's unlock: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter did not get the lock within 3s of its release: a late handover left a field nobody holds")
+	}
+	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", lockName(t)) == int64(0) })
 }

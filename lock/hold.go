@@ -640,6 +640,11 @@ type handing interface {
 	// to's run of handovers, or a negative token when from does not hold
 	// the lock any more.
 	transfer(ctx context.Context, from, to *hold, lease time.Duration) (tok, top fencing.Token, err error)
+	// abort frees the lock after a transfer from from to to whose outcome
+	// is unknown, whichever of the two holds it, in one call: the transfer
+	// may still be on its way, and finding from's field gone it then
+	// changes nothing.
+	abort(ctx context.Context, from, to *hold) error
 	// probe reports whether h's lock is free, with one command, and if not,
 	// how long to wait for an unlock message at most.
 	probe(ctx context.Context, h *hold) (bool, time.Duration, error)
@@ -659,11 +664,17 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 	switch {
 	case err != nil:
 		if outcomeUnknown(err) {
-			// Maybe handed over: free the lock rather than leave it held
-			// for a waiter that does not know.
+			// Maybe handed over, maybe still on its way: free the lock,
+			// rather than leave it held for a waiter that does not know,
+			// and remove h's field with it, so that a transfer arriving
+			// later finds nothing to hand over.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			w.h.kind.undo(rctx, w.h, true)
+			aerr := h.kind.(handing).abort(rctx, h, w.h)
 			cancel()
+			if aerr == nil {
+				c.handedOver(w, false, at, 0, 0)
+				return c.settle(h, renewed, 0, nil)
+			}
 		}
 		c.handedOver(w, false, at, 0, 0)
 		return c.settle(h, renewed, 0, err)

@@ -217,6 +217,19 @@ func (m *Mutex) transfer(ctx context.Context, from, to *hold, lease time.Duratio
 	return fencing.Token(n), fencing.Token(n) + tokenBlock - 1, nil
 }
 
+// abort removes to's field and from's, each as a last level (see
+// multi_release.lua): whichever holds the lock, it is freed and its waiters
+// are woken.
+func (m *Mutex) abort(ctx context.Context, from, to *hold) error {
+	keys := []string{m.key, m.unlockCh, m.key, m.unlockCh}
+	err := m.c.run(ctx, multiReleaseScript, keys, m.c.publish, to.field, 1, from.field, 1).Err()
+	if err != nil {
+		m.c.opts.logger.Warn("lock: could not free a lock after a handover of unknown outcome; it expires with its lease",
+			"lock", m.name, "err", err)
+	}
+	return err
+}
+
 // probe asks for the lock's PTTL: free when there is no lock key.
 func (m *Mutex) probe(ctx context.Context, h *hold) (bool, time.Duration, error) {
 	d, err := m.c.rdb.PTTL(ctx, m.key).Result()

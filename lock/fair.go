@@ -34,7 +34,11 @@ const (
 //     watchdog timeout (WithWatchdogTimeout, default 30s) after its last
 //     renewal, so a dead waiter cannot freeze the lock for long;
 //   - a waiter that gives up (TryLock's wait, its context, Close) leaves the
-//     line at once and wakes the next waiter if the lock is free.
+//     line at once and wakes the next waiter if the lock is free;
+//   - the first waiter tries again when the holder's lease ends at the
+//     latest, and when it takes the lock it tells the next one its lease,
+//     so a line of holders whose leases run out without an unlock moves on
+//     at the pace of those leases.
 //
 // Fairness costs round trips: a contended acquisition takes three calls of
 // the acquire script (the first attempt, which takes a place in line; the

@@ -488,3 +488,46 @@ func TestFairMutex_AndMutexOfOneNameWakeEachOthersWaiters(t *testing.T) {
 		})
 	}
 }
+
+// A holder whose lease simply runs out publishes nothing; the first waiter
+// tries when the lease ends, and every waiter behind it learns the lease of
+// the holder ahead of it in time to try when that one runs out too: a line
+// of holders that never unlock moves at the pace of their leases.
+func TestFairMutex_WaitersFollowLeasesThatRunOut(t *testing.T) {
+	srv := testenv.Redis(t)
+	clients := instances(t, srv, 4)
+	name := lockName(t)
+	queue, _ := fairKeys(name)
+	const lease, n = 500 * time.Millisecond, 8
+	if _, err := clients[0].FairMutex(name).TryLock(context.Background(), 0, lock.WithLease(lease)); err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		who int
+		at  time.Time
+		err error
+	}
+	grants := make(chan grant, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			// Never unlocks: each hold ends with its lease.
+			_, err := clients[i%len(clients)].FairMutex(name).TryLock(context.Background(), 10*time.Second, lock.WithLease(lease))
+			grants <- grant{i, time.Now(), err}
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return srv.Do("LLEN", queue) == int64(i+1) })
+	}
+	prev := time.Now()
+	for want := 0; want < n; want++ {
+		g := <-grants
+		if g.err != nil {
+			t.Fatalf("waiter %d: %v", g.who, g.err)
+		}
+		if g.who != want {
+			t.Fatalf("grant %d went to waiter %d: not arrival order", want, g.who)
+		}
+		if gap := g.at.Sub(prev); gap > lease+400*time.Millisecond {
+			t.Fatalf("waiter %d got the lock %v after the one before it, whose lease was %v", g.who, gap, lease)
+		}
+		prev = g.at
+	}
+}

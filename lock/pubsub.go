@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -236,7 +237,11 @@ func (s *subscriber) read(pc *psConn) {
 		backoff = 0
 		switch m := msg.(type) {
 		case *redis.Message:
-			s.c.deliver(m.Channel)
+			if d, ok := leaseMessage(m.Payload); ok {
+				s.c.learnLease(m.Channel, d)
+			} else {
+				s.c.deliver(m.Channel)
+			}
 		case *redis.Subscription:
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
@@ -353,4 +358,17 @@ func (c *Client) resubscribe(channel string, cs *chanSub) {
 // bounded by d and cancelled when the Client closes.
 func (c *Client) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.life, d)
+}
+
+// leaseMessage parses the message fair_acquire.lua sends the next waiter in
+// a FairMutex's line: "-<ms>", the lease the lock was just taken with.
+func leaseMessage(payload string) (time.Duration, bool) {
+	if len(payload) < 2 || payload[0] != '-' {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(payload[1:], 10, 64)
+	if err != nil || ms <= 0 {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }

@@ -574,6 +574,23 @@ func (c *Client) wakeQueue(q *waitQueue) {
 	signal(h)
 }
 
+// learnLease handles the message that the lock the head of channel's queue
+// waits for was just taken with a lease of d (see leaseMessage): unless it
+// is about to try anyway, the head waits for the unlock message at most d
+// from now, instead of the bound its last attempt gave it.
+func (c *Client) learnLease(channel string, d time.Duration) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[channel]
+	if q == nil || len(q.waiters) == 0 {
+		return
+	}
+	if h := q.waiters[0]; !h.tryNow {
+		h.bound = d
+		signal(h)
+	}
+}
+
 // A relay forwards the unlock messages of one of this Client's channels to
 // the queue of a channel of another Client: a RedLock waits in the queue of
 // its first node and is woken by an unlock on any node.

@@ -178,3 +178,48 @@ func TestRWMutex_WriterQueuedBehindALocalWriterEnlistsWhenItBecomesHead(t *testi
 		}
 	}
 }
+
+// A lock handed over to a waiter while it waits for its unlock channel's
+// subscription is the waiter's, even when its wait runs out before the
+// subscription is confirmed: as when the wait runs out anywhere else, the
+// handover counts and the waiter holds.
+func TestMutex_HandoverDuringTheSubscriptionWaitIsKeptAtTheDeadline(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := New(srv.Client())
+	defer c.Close()
+	bg := context.Background()
+	m := c.Mutex("internal:" + t.Name())
+	held, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The unlock channel's SUBSCRIBE is never confirmed: the waiter that
+	// becomes head stays in awaitSubscription until its wait runs out.
+	c.subs.mu.Lock()
+	c.subs.chans[m.unlockCh] = &chanSub{channel: m.unlockCh, ready: make(chan struct{})}
+	c.subs.mu.Unlock()
+	type result struct {
+		ctx context.Context
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ctx, err := m.TryLock(bg, 300*time.Millisecond)
+		got <- result{ctx, err}
+	}()
+	untilTrue(t, 5*time.Second, "waiter queued", func() bool { return localWaiters(c) == 1 })
+	if err := m.Unlock(held); err != nil { // hands the lock over to the waiter
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		locked, _ := m.IsLocked(bg)
+		t.Fatalf("TryLock after a handover to it = %v (lock still held in Redis: %v), want the lock", r.err, locked)
+	}
+	if n, _ := m.HoldCount(r.ctx); n != 1 {
+		t.Fatalf("hold count %d after the handover, want 1", n)
+	}
+	if err := m.Unlock(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+}

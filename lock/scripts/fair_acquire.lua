@@ -12,6 +12,10 @@
 -- ARGV[4]     how long a place in the queue lasts without a sign of life (ms)
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 --
+-- The first waiter that acquires tells the next one, on its channel, the
+-- lease it took ("-<ms>"): that one tries again when the lease ends at the
+-- latest.
+--
 -- Returns {1, token}  acquired (token 0 on a re-entry: the owner keeps its own)
 --         {0, wait}   queued; wait is how long to wait for a wake-up at most
 --                     (ms): the holder's PTTL for the head, otherwise until
@@ -42,7 +46,15 @@ end
 local pttl = redis.call('pttl', KEYS[1])
 local head = redis.call('lindex', KEYS[2], 0)
 if pttl == -2 and (head == false or head == me) then
-  if head == me then redis.call('lpop', KEYS[2]) end
+  if head == me then
+    redis.call('lpop', KEYS[2])
+    -- The next waiter is first now. Its wait was bounded by this waiter's
+    -- place, not by the lease this acquisition sets, which it must learn (a
+    -- holder whose lease runs out publishes nothing): the message is the
+    -- lease, negated. Redisson's waiters act on 0 and 1 only.
+    local next = redis.call('lindex', KEYS[2], 0)
+    if next then redis.call(ARGV[5], KEYS[4] .. ':' .. next, '-' .. ARGV[1]) end
+  end
   redis.call('zrem', KEYS[3], me)
   redis.call('hset', KEYS[1], me, 1)
   redis.call('pexpire', KEYS[1], lease)

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -248,7 +249,10 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 				err = c.awaitSubscription(ctx, name, q, deadline)
 			}
 			if err != nil {
-				return giveUp(err, false)
+				// A handover may have reached this waiter meanwhile: it
+				// holds then, unless the caller is gone (its context, or
+				// the Client, ended).
+				return giveUp(err, !ctxutil.Ended(ctx) && !errors.Is(err, ErrClosed))
 			}
 			// A handover to this waiter and its own attempt exclude each
 			// other: both would make it the holder, each with a token of

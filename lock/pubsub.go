@@ -35,7 +35,8 @@ type subscriber struct {
 // A psConn is one pub/sub connection and the goroutine reading it.
 type psConn struct {
 	ps      *redis.PubSub
-	sharded bool // SSUBSCRIBE / SUNSUBSCRIBE (Cluster)
+	sharded bool   // SSUBSCRIBE / SUNSUBSCRIBE (Cluster)
+	addr    string // the node's address in a Cluster: its key in subscriber.conns
 }
 
 // A chanSub is the subscription of one unlock channel.
@@ -189,7 +190,7 @@ func (s *subscriber) connFor(ctx context.Context, channel string) (*psConn, erro
 	if pc := s.conns[addr]; pc != nil {
 		return pc, nil
 	}
-	pc := &psConn{sharded: node != nil}
+	pc := &psConn{sharded: node != nil, addr: addr}
 	if node != nil {
 		pc.ps = node.SSubscribe(ctx)
 	} else {
@@ -225,6 +226,15 @@ func (s *subscriber) read(pc *psConn) {
 			case !broken:
 				broken = true
 				s.c.opts.logger.Warn("lock: pub/sub connection broken; waiters fall back to lease timeouts until it is back", "err", err)
+			}
+			if pc.sharded {
+				if s.moved(pc) {
+					s.abandon(pc)
+					return
+				}
+				// Have go-redis look for a new master of the node's
+				// slots, in the background, for the next look.
+				s.c.rdb.(*redis.ClusterClient).ReloadState(context.Background())
 			}
 			backoff = min(2*backoff+10*time.Millisecond, time.Second)
 			select {
@@ -295,6 +305,58 @@ func (s *subscriber) dropped(pc *psConn, channel string) {
 	_ = conn.ps.SUnsubscribe(ctx, channel) // forget it in go-redis too, or it resubscribes on reconnect
 	cancel()
 	s.c.resubscribe(channel, cs)
+}
+
+// moved reports whether the node of pc, a shard channel connection that
+// broke, no longer serves the slots of the channels subscribed on it (a
+// failover promoted a replica, or a slot moved while the node was
+// unreachable): go-redis would reconnect to the old node for ever, and the
+// waiters on those channels would hear nothing but their lease bounds. A
+// connection without channels counts as moved: connFor opens a new one
+// when its node is needed again.
+func (s *subscriber) moved(pc *psConn) bool {
+	s.mu.Lock()
+	var chans []string
+	for ch, cs := range s.chans {
+		if cs.conn == pc {
+			chans = append(chans, ch)
+		}
+	}
+	s.mu.Unlock()
+	ctx, cancel := s.c.backgroundContext(time.Second)
+	defer cancel()
+	for _, ch := range chans {
+		node, err := s.c.rdb.(*redis.ClusterClient).MasterForKey(ctx, ch)
+		if err == nil && node.Options().Addr != pc.addr {
+			return true
+		}
+	}
+	return len(chans) == 0
+}
+
+// abandon closes pc, whose node no longer serves its channels (see moved),
+// and forgets their subscriptions: the head waiters of those channels try
+// again at once and subscribe on the channels' new node if they still have
+// to wait; a subscription not yet confirmed fails, and its waiter with it.
+func (s *subscriber) abandon(pc *psConn) {
+	s.mu.Lock()
+	if s.conns[pc.addr] == pc {
+		delete(s.conns, pc.addr)
+	}
+	var gone []*chanSub
+	for ch, cs := range s.chans {
+		if cs.conn == pc {
+			delete(s.chans, ch)
+			gone = append(gone, cs)
+		}
+	}
+	s.mu.Unlock()
+	s.c.opts.logger.Info("lock: shard channels moved to another node; subscribing there", "from", pc.addr, "channels", len(gone))
+	_ = pc.ps.Close()
+	for _, cs := range gone {
+		s.fail(cs, fmt.Errorf("the node %s no longer serves %s", pc.addr, cs.channel))
+		s.c.resubscribe(cs.channel, cs)
+	}
 }
 
 // listening returns how many subscriptions this Client has on channel in

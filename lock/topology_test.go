@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -460,4 +461,76 @@ func TestSentinel_FailoverKeepsTokensIncreasingAndReportsVanishedLocks(t *testin
 		return err
 	})
 	b.Mutex(vanished).Unlock(taken)
+}
+
+// TestCluster_WaiterIsWokenAfterAFailover kills the master of a waiter's
+// lock while it waits: once a replica has taken over, the holder's unlock
+// must still wake the waiter through sharded pub/sub, not leave it waiting
+// for the lease it last saw.
+func TestCluster_WaiterIsWokenAfterAFailover(t *testing.T) {
+	env := testenv.Cluster(t, 3)
+	replica := env.AddReplica(env.Masters[0])
+	rdb := env.Client()
+	bg := context.Background()
+	name := ""
+	for i := 0; name == ""; i++ {
+		n := fmt.Sprintf("test:failover:%d", i)
+		if node, err := rdb.MasterForKey(bg, n); err != nil {
+			t.Fatal(err)
+		} else if node.Options().Addr == env.Masters[0].Addr {
+			name = n
+		}
+	}
+	channel := "redisson_lock__channel:{" + name + "}"
+	hrdb := env.Client()
+	holder := lock.New(hrdb, lock.WithWatchdogTimeout(20*time.Second))
+	waiter := lock.New(env.Client())
+	t.Cleanup(func() { holder.Close(); waiter.Close() })
+	held, err := holder.Mutex(name).Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		at  time.Time
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ctx, err := waiter.Mutex(name).TryLock(bg, 25*time.Second)
+		got <- result{time.Now(), err}
+		if err == nil {
+			waiter.Mutex(name).Unlock(ctx)
+		}
+	}()
+	eventually(t, 5*time.Second, "waiter subscribed on the master", func() bool {
+		n, _ := env.Masters[0].Do("PUBSUB", "SHARDNUMSUB", channel).([]any)
+		return len(n) == 2 && n[1] == int64(1)
+	})
+	if n := env.Masters[0].Do("WAIT", 1, 5000); n != int64(1) {
+		t.Fatalf("the lock did not reach the replica: WAIT = %v", n)
+	}
+	env.Masters[0].Kill()
+	killed := time.Now()
+	eventually(t, 20*time.Second, "replica promoted", func() bool {
+		info, _ := replica.Do("INFO", "replication").(string)
+		return strings.Contains(info, "role:master")
+	})
+	t.Logf("failover took %v", time.Since(killed))
+	// The holder's go-redis learns the new master at once (by itself it
+	// does once its view is 10s old), the waiter's is left to the lock
+	// Client.
+	hrdb.ReloadState(bg)
+	unlockErr := holder.Mutex(name).Unlock(held) // may be retried in the background
+	t.Logf("unlock: %v; on the new master: %v %v", unlockErr, replica.Do("HGETALL", name), replica.Do("PTTL", name))
+	eventually(t, 20*time.Second, "lock released on the new master", func() bool {
+		return replica.Do("EXISTS", name) == int64(0)
+	})
+	unlocked := time.Now()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter: %v (unlock: %v)", r.err, unlockErr)
+	}
+	if d := r.at.Sub(unlocked); d > 3*time.Second {
+		t.Fatalf("waiter got the lock %v after its unlock on the new master: not woken", d)
+	}
 }

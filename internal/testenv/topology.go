@@ -311,3 +311,43 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// AddReplica starts a cluster node for e's test that replicates master (one
+// of e.Masters) and waits until it is in sync and every master knows it. A
+// master that dies is then replaced by it within the node timeout (3s) and
+// a few seconds of election.
+func (e *ClusterEnv) AddReplica(master *RedisServer) *RedisServer {
+	t := e.t
+	t.Helper()
+	cli, err := redisCLIPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	master.Do("CONFIG", "SET", "repl-diskless-sync-delay", "0")
+	r := Redis(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+		"--cluster-node-timeout", "3000", "--cluster-config-file", "nodes.conf")
+	id, _ := master.Do("CLUSTER", "MYID").(string)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, "--cluster", "add-node", r.Addr, master.Addr,
+		"--cluster-slave", "--cluster-master-id", id).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: redis-cli --cluster add-node: %v: %s", err, lastLines(string(out), 5))
+	}
+	waitFor(t, 15*time.Second, "replica "+r.Addr+" in sync with "+master.Addr, func() (bool, error) {
+		info, err := infoField(r.Addr, "replication", "master_link_status")
+		return info == "up", err
+	})
+	for _, m := range e.Masters {
+		waitFor(t, 15*time.Second, m.Addr+" knowing replica "+r.Addr, func() (bool, error) {
+			c := redis.NewClient(&redis.Options{Addr: m.Addr})
+			defer c.Close()
+			nodes, err := c.ClusterNodes(context.Background()).Result()
+			return strings.Contains(nodes, "127.0.0.1:"+strconv.Itoa(r.Port)+"@") && strings.Contains(nodes, "slave "+id), err
+		})
+	}
+	return r
+}

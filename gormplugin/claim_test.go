@@ -41,3 +41,34 @@ func TestClaim_RefusesWithoutTokenOrFence(t *testing.T) {
 		t.Fatalf("claim of a model without a fence: %v", err)
 	}
 }
+
+func TestClaim_ByBusinessKey(t *testing.T) {
+	db, _ := open(t)
+	p := seed(t, db, "sku-1", 10, 5)
+	other := seed(t, db, "sku-2", 10, 5)
+
+	// By conditions, the way the row is looked up everywhere else.
+	if err := gormplugin.Claim(db.WithContext(at(7)).Where("sku = ?", "sku-1"), &Product{}); err != nil {
+		t.Fatalf("Claim(db.Where(sku), &Product{}): %v", err)
+	}
+	wantRow(t, db, p.ID, 10, 7)
+	wantRow(t, db, other.ID, 10, 5)
+	// By a model with only its unique key set.
+	if err := gormplugin.Claim(db.WithContext(at(8)), &Product{SKU: "sku-1"}); err != nil {
+		t.Fatalf("Claim(&Product{SKU: ...}): %v", err)
+	}
+	wantRow(t, db, p.ID, 10, 8)
+	wantRow(t, db, other.ID, 10, 5)
+	// An older holder's claim by key is stale, and changes nothing.
+	if err := gormplugin.Claim(db.WithContext(at(6)), &Product{SKU: "sku-1"}); !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("older claim by key: %v, want ErrStale", err)
+	}
+	wantRow(t, db, p.ID, 10, 8)
+	// A model with neither its key nor conditions names no row: refused,
+	// never a claim of the whole table.
+	if err := gormplugin.Claim(db.WithContext(at(9)), &Product{Stock: 10}); !errors.Is(err, gormplugin.ErrNoRow) {
+		t.Fatalf("claim naming no row: %v, want ErrNoRow", err)
+	}
+	wantRow(t, db, p.ID, 10, 8)
+	wantRow(t, db, other.ID, 10, 5)
+}

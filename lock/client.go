@@ -40,13 +40,14 @@ import (
 // A Client is safe for concurrent use; create one per Redis deployment and
 // process, and Close it when done.
 type Client struct {
-	rdb     redis.UniversalClient
-	id      string // Redisson's connection manager id: the first half of every owner field
-	cluster bool   // Redis Cluster: shard channels, renewals grouped by slot
-	publish any    // "publish" or "spublish", boxed once: it is an argument of most scripts
-	leaseMS any    // the watchdog timeout in milliseconds, as leaseArg gives it
-	opts    clientOptions
-	err     error // set when New got bad input; returned by every operation
+	rdb      redis.UniversalClient
+	id       string // Redisson's connection manager id: the first half of every owner field
+	cluster  bool   // Redis Cluster: shard channels, renewals grouped by slot
+	publish  any    // "publish" or "spublish", boxed once: it is an argument of most scripts
+	leaseMS  any    // the watchdog timeout in milliseconds, as leaseArg gives it
+	tokenTTL any    // the token counters' idle expiry in milliseconds, "0" for none (WithTokenExpiry)
+	opts     clientOptions
+	err      error // set when New got bad input; returned by every operation
 
 	owners atomic.Int64 // the last owner id handed out
 
@@ -93,6 +94,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	c.err = c.opts.err
 	c.leaseMS = strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
+	c.tokenTTL = strconv.FormatInt(c.opts.tokenExpiry.Milliseconds(), 10)
 	switch r := rdb.(type) {
 	case nil:
 		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)

@@ -127,7 +127,7 @@ func (f *FairMutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (b
 	c := f.m.c
 	lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
 	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := fairAcquireScript.Run(ctx, via, f.keys, lease, h.field, 0, timeout, c.publish).Int64Slice()
+	vals, err := fairAcquireScript.Run(ctx, via, f.keys, lease, h.field, 0, timeout, c.publish, c.tokenTTL).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -148,7 +148,7 @@ func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	c := f.m.c
 	_, lease := leaseArgs(h)
 	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, timeout, c.publish).Int64Slice()
+	vals, err := c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, timeout, c.publish, c.tokenTTL).Int64Slice()
 	if err != nil {
 		return false, err
 	}

@@ -360,6 +360,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 		defer conn.Close()
 		via = conn
 	}
+	args = append(args, c.tokenTTL) // last: see multi_acquire.lua
 	vals, err := multiAcquireScript.Run(ctx, via, keys, args...).Int64Slice()
 	if err != nil {
 		if outcomeUnknown(err) {
@@ -488,7 +489,7 @@ func (ml *MultiLock) raise(ctx context.Context, tokens []fencing.Token, t fencin
 		for i, m := range g {
 			keys[i] = m.keys[1]
 		}
-		cmds = append(cmds, raiseTokenScript.EvalSha(ctx, pipe, keys, int64(t)))
+		cmds = append(cmds, raiseTokenScript.EvalSha(ctx, pipe, keys, int64(t), ml.c.tokenTTL))
 	}
 	if len(cmds) == 0 {
 		return nil
@@ -515,7 +516,7 @@ func (ml *MultiLock) raiseSlowly(ctx context.Context, tokens []fencing.Token, t 
 		for i, m := range g {
 			keys[i] = m.keys[1]
 		}
-		if err := ml.c.run(ctx, raiseTokenScript, keys, int64(t)).Err(); err != nil {
+		if err := ml.c.run(ctx, raiseTokenScript, keys, int64(t), ml.c.tokenTTL).Err(); err != nil {
 			return fmt.Errorf("raising the token counters: %w", err)
 		}
 	}

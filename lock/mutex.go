@@ -139,7 +139,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // The Mutex is the kind of its holds: Redisson's RLock layout.
 
 func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
-	n, err := acquireScript.Run(ctx, via, m.keys, m.c.leaseArg(h.lease), h.fieldArg[0], 0, tokenBlock).Int64()
+	n, err := acquireScript.Run(ctx, via, m.keys, m.c.leaseArg(h.lease), h.fieldArg[0], 0, tokenBlock, m.c.tokenTTL).Int64()
 	if err != nil {
 		return false, 0, err
 	}
@@ -207,7 +207,7 @@ func (m *Mutex) transfer(ctx context.Context, from, to *hold, lease time.Duratio
 	if from.top > from.token {
 		next = from.token + 1
 	}
-	n, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, lease.Milliseconds(), int64(next), tokenBlock).Int64()
+	n, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, lease.Milliseconds(), int64(next), tokenBlock, m.c.tokenTTL).Int64()
 	switch {
 	case err != nil || n < 0:
 		return fencing.Token(n), 0, err

@@ -16,6 +16,7 @@ type Option func(*clientOptions)
 
 type clientOptions struct {
 	watchdogTimeout time.Duration
+	tokenExpiry     time.Duration // 0: token counters never expire
 	namespace       string
 	logger          *slog.Logger
 	ack             replicaAck // default for every acquisition
@@ -23,7 +24,7 @@ type clientOptions struct {
 }
 
 func defaultClientOptions() clientOptions {
-	return clientOptions{watchdogTimeout: DefaultWatchdogTimeout, logger: slog.Default()}
+	return clientOptions{watchdogTimeout: DefaultWatchdogTimeout, tokenExpiry: DefaultTokenExpiry, logger: slog.Default()}
 }
 
 // WithWatchdogTimeout sets the lease of locks held without WithLease; the
@@ -37,6 +38,35 @@ func WithWatchdogTimeout(d time.Duration) Option {
 			return
 		}
 		o.watchdogTimeout = d
+	}
+}
+
+// DefaultTokenExpiry is how long a lock name's fencing token counter
+// ("redisson_lock_token:{<name>}") survives without an acquisition that
+// issues a token from it.
+const DefaultTokenExpiry = 24 * time.Hour
+
+// WithTokenExpiry sets how long a lock name's fencing token counter survives
+// without an acquisition; every acquisition that issues a token (or raises
+// the counter: MultiLock, RedLock) sets it anew. Default DefaultTokenExpiry
+// (24h). The expiry keeps names made from requests ("sku:<sku>" with
+// made-up SKUs) from growing Redis without bound, and it cannot make tokens
+// go backwards: tokens follow the Redis clock (max(stored+1, TIME in µs)),
+// so the first token after an expiry is the clock again, above every token
+// issued before unless the server's clock went back by more than d.
+//
+// 0 keeps counters forever, as Redisson does. Use it for names a Java
+// service locks with Redisson's RFencedLock: it INCRs the same counter, and
+// after an expiry its INCR would restart at 1, below the tokens issued
+// before (this package's next token is the clock again either way). d must
+// be 0 or at least a minute.
+func WithTokenExpiry(d time.Duration) Option {
+	return func(o *clientOptions) {
+		if d != 0 && d < time.Minute {
+			o.err = fmt.Errorf("%w: token expiry %v, want 0 (never) or at least a minute", ErrInvalid, d)
+			return
+		}
+		o.tokenExpiry = d
 	}
 }
 

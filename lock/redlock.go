@@ -294,7 +294,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		start = time.Now()
 		res := r.each(ctx, nodeTimeout, func(ctx context.Context, i int) (any, error) {
 			h := holds[i]
-			n, err := acquireScript.Run(ctx, r.clients[i].rdb, r.nodes[i].keys, leases[i], h.field, h.levels).Int64()
+			n, err := acquireScript.Run(ctx, r.clients[i].rdb, r.nodes[i].keys, leases[i], h.field, h.levels, 1, r.clients[i].tokenTTL).Int64()
 			return acquireReply(n), err
 		})
 		taken = make([]bool, len(r.clients))
@@ -504,7 +504,7 @@ func (r *RedLock) raise(ctx context.Context, timeout time.Duration, taken []bool
 		if !taken[i] || tokens[i] >= t {
 			return nil, nil
 		}
-		return nil, r.clients[i].run(ctx, raiseTokenScript, r.nodes[i].keys[1:], int64(t)).Err()
+		return nil, r.clients[i].run(ctx, raiseTokenScript, r.nodes[i].keys[1:], int64(t), r.clients[i].tokenTTL).Err()
 	})
 	n := 0
 	for i, x := range res {

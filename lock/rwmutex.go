@@ -278,7 +278,7 @@ func (k *writeKind) attempt(ctx context.Context, via redis.Scripter, h *hold) (b
 	rw := k.rw
 	lease, _ := leaseArgs(h)
 	timeout := strconv.FormatInt(rw.c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := writeAcquireScript.Run(ctx, via, rw.wkeys, lease, h.field, readerField(h.field), 0, rw.c.publish, timeout).Int64Slice()
+	vals, err := writeAcquireScript.Run(ctx, via, rw.wkeys, lease, h.field, readerField(h.field), 0, rw.c.publish, timeout, rw.c.tokenTTL).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -301,7 +301,7 @@ func (k *writeKind) reenter(ctx context.Context, h *hold) (bool, error) {
 	rw := k.rw
 	_, lease := leaseArgs(h)
 	timeout := strconv.FormatInt(rw.c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := rw.c.run(ctx, writeAcquireScript, rw.wkeys, lease, h.field, readerField(h.field), h.levels, rw.c.publish, timeout).Int64Slice()
+	vals, err := rw.c.run(ctx, writeAcquireScript, rw.wkeys, lease, h.field, readerField(h.field), h.levels, rw.c.publish, timeout, rw.c.tokenTTL).Int64Slice()
 	if err != nil {
 		return false, err
 	}

@@ -2,7 +2,8 @@
 -- issue a fencing token on the first acquisition.
 --
 -- KEYS[1]  the lock: a hash, field "<clientUUID>:<ownerID>" -> hold count
--- KEYS[2]  the token counter "redisson_lock_token:{<name>}" (a string, no TTL)
+-- KEYS[2]  the token counter "redisson_lock_token:{<name>}" (a string with an
+--          idle expiry: see issue_token in lib.lua)
 -- ARGV[1]  lease in milliseconds (0 = leave the expiry as it is; re-entries of
 --          fixed-lease holds keep their original deadline)
 -- ARGV[2]  the owner field
@@ -10,6 +11,9 @@
 --          first acquisition). Comparing it with the stored count makes the
 --          script idempotent: a resent call whose first copy was applied (its
 --          reply lost) is recognised instead of counting twice.
+-- ARGV[4]  how many tokens a first acquisition reserves (default 1)
+-- ARGV[5]  the token counter's idle expiry in milliseconds, "0" for none
+--          (a first acquisition only)
 --
 -- Returns one integer (an array reply would cost Redis and the client more
 -- on every acquisition; mutex.go decodes it):
@@ -23,6 +27,7 @@
 local expected = tonumber(ARGV[3])
 local lease = tonumber(ARGV[1])
 local n = tonumber(ARGV[4] or 1)
+local ttl = ARGV[5] or '0'
 
 if expected == 0 then
   local pttl = redis.call('pttl', KEYS[1])
@@ -30,7 +35,7 @@ if expected == 0 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1]) -- the string: no number to format
     -- the token rule and its reasons: issue_token in lib.lua
-    return issue_token(KEYS[2], 0, n)
+    return issue_token(KEYS[2], 0, n, ttl)
   end
   if redis.call('hget', KEYS[1], ARGV[2]) == '1' then
     -- The owner holds already: this acquisition was applied before and
@@ -39,7 +44,7 @@ if expected == 0 then
     -- at the end of a block whose tokens were given out (see issue_token),
     -- and a token nobody has seen costs nothing.
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return issue_token(KEYS[2], 0, n)
+    return issue_token(KEYS[2], 0, n, ttl)
   end
   return -3 - pttl
 end

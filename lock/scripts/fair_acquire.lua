@@ -11,6 +11,7 @@
 --             a first acquisition); makes resent calls harmless, as in acquire.lua
 -- ARGV[4]     how long a place in the queue lasts without a sign of life (ms)
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
+-- ARGV[6]     the token counter's idle expiry in milliseconds, "0" for none
 --
 -- The first waiter that acquires tells the next one, on its channel, the
 -- lease it took ("-<ms>"): that one tries again when the lease ends at the
@@ -58,7 +59,7 @@ if pttl == -2 and (head == false or head == me) then
   redis.call('zrem', KEYS[3], me)
   redis.call('hset', KEYS[1], me, 1)
   redis.call('pexpire', KEYS[1], lease)
-  return {1, issue_token(KEYS[5], 0)}
+  return {1, issue_token(KEYS[5], 0, 1, ARGV[6])}
 end
 
 -- Take a place at the end of the line, or renew the one we have.

@@ -42,22 +42,40 @@ end
 -- command instead of a GET and a SET. Only when the stored token is not
 -- below the clock (a clock gone back, or a counter raised past it) is it
 -- written again, from stored + 1.
-local function issue_token(counter, floor, n)
+--
+-- ttl (milliseconds, a string; "0" for none) is the counter's idle expiry,
+-- set anew by every write: a lock name nobody acquires for that long leaves
+-- nothing behind. An expired counter cannot make tokens go backwards: the
+-- next token is the clock again, above every token issued before unless the
+-- clock went back by more than the counter was idle.
+local function set_counter(counter, value, ttl, get)
+  local v = string.format('%.0f', value)
+  if ttl ~= '0' then
+    if get then return redis.call('set', counter, v, 'px', ttl, 'get') end
+    return redis.call('set', counter, v, 'px', ttl)
+  end
+  if get then return redis.call('set', counter, v, 'get') end
+  return redis.call('set', counter, v)
+end
+
+local function issue_token(counter, floor, n, ttl)
   n = n or 1
   local token = now_us()
   if floor > token then token = floor end
-  local stored = tonumber(redis.call('set', counter, string.format('%.0f', token + n - 1), 'get') or 0)
+  local stored = tonumber(set_counter(counter, token + n - 1, ttl, true) or 0)
   if stored >= token then
     token = stored + 1
-    redis.call('set', counter, string.format('%.0f', token + n - 1))
+    set_counter(counter, token + n - 1, ttl, false)
   end
   return token
 end
 
 -- raise_token makes the counter key at least t, so that every later token of
--- its lock is above t.
-local function raise_token(counter, t)
+-- its lock is above t, and refreshes its idle expiry ttl (see issue_token).
+local function raise_token(counter, t, ttl)
   if tonumber(redis.call('get', counter) or 0) < t then
-    redis.call('set', counter, string.format('%.0f', t))
+    set_counter(counter, t, ttl, false)
+  elseif ttl ~= '0' then
+    redis.call('pexpire', counter, ttl)
   end
 end

@@ -9,6 +9,8 @@
 --             owner believes it has (0: take it; more: re-enter it), the
 --             lease in milliseconds (0 = keep the expiry: re-entry of a
 --             fixed lease)
+-- ARGV[#ARGV] last, the token counters' idle expiry in milliseconds, "0"
+--             for none
 --
 -- One token t is issued for the whole set: above the floor, the clock, and
 -- every counter of the set; every counter is raised to t. So t is a valid
@@ -37,7 +39,8 @@ for i = 1, n do
   local stored = tonumber(redis.call('get', KEYS[2 * i]) or 0) + 1
   if stored > floor then floor = stored end
 end
-local t = issue_token(KEYS[2], floor)
+local ttl = ARGV[#ARGV]
+local t = issue_token(KEYS[2], floor, 1, ttl)
 for i = 1, n do
   local lock, counter = KEYS[2 * i - 1], KEYS[2 * i]
   local me, expected, lease = ARGV[3 * i - 1], tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
@@ -45,6 +48,6 @@ for i = 1, n do
     redis.call('hincrby', lock, me, 1)
   end
   if lease > 0 then redis.call('pexpire', lock, lease) end
-  raise_token(counter, t)
+  raise_token(counter, t, ttl)
 end
 return {1, t}

@@ -5,10 +5,11 @@
 --
 -- KEYS[1..n]  token counters "redisson_lock_token:{<name>}", one hash slot
 -- ARGV[1]     the token
+-- ARGV[2]     the counters' idle expiry in milliseconds, "0" for none
 --
 -- Returns n.
 local t = tonumber(ARGV[1])
 for i = 1, #KEYS do
-  raise_token(KEYS[i], t)
+  raise_token(KEYS[i], t, ARGV[2])
 end
 return #KEYS

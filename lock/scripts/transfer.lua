@@ -13,6 +13,9 @@
 -- ARGV[4]  the waiter's token when the releasing owner has one reserved
 --          (see issue_token in lib.lua), or 0 to issue one here
 -- ARGV[5]  how many tokens to reserve when one is issued here
+-- ARGV[6]  the token counter's idle expiry in milliseconds, "0" for none,
+--          set when a token is issued here (a token of a reserved block
+--          leaves the counter as the block's issue left it)
 --
 -- Returns the waiter's fencing token, or -1 when the releasing owner does
 -- not hold the lock (it expired or was force-unlocked). A resent copy whose
@@ -37,4 +40,4 @@ end
 local lease = tonumber(ARGV[3])
 if lease > 0 then redis.call('pexpire', KEYS[1], lease) end
 if token > 0 then return token end
-return issue_token(KEYS[2], 0, n)
+return issue_token(KEYS[2], 0, n, ARGV[6])

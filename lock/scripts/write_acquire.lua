@@ -10,6 +10,7 @@
 --             call (0 for a first acquisition); makes resent calls harmless
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[6]     how long a waiting writer's place lasts without a sign of life (ms)
+-- ARGV[7]     the token counter's idle expiry in milliseconds, "0" for none
 --
 -- Returns {1, token}  acquired (token 0 on a re-entry)
 --         {0, wait}   refused and waiting; wait: how long to wait for a
@@ -43,7 +44,7 @@ if mode == false and redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], 'mode', 'write', me, 1)
   redis.call('pexpire', KEYS[1], lease)
   redis.call('zrem', KEYS[3], me)
-  return {1, issue_token(KEYS[5], 0)}
+  return {1, issue_token(KEYS[5], 0, 1, ARGV[7])}
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
   return {-2, 0}

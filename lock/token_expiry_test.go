@@ -1,0 +1,136 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// counterTTL returns the PTTL of the token counter of name.
+func counterTTL(t *testing.T, srv *testenv.RedisServer, name string) time.Duration {
+	t.Helper()
+	d, err := srv.Client().PTTL(context.Background(), "redisson_lock_token:{"+name+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Lock names made from requests leave nothing behind for long: after many
+// made-up names, taken by every kind that issues tokens, each name's token
+// counter has the idle expiry (24h by default).
+func TestToken_EveryCounterOfMadeUpNamesHasAnIdleExpiry(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	name := lockName(t)
+	bg := context.Background()
+	var names []string
+	take := func(what string, lock func(string) (func() error, error)) {
+		for i := 0; i < 10; i++ {
+			n := fmt.Sprintf("%s:%s:sku-%d", name, what, i)
+			unlock, err := lock(n)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if err := unlock(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			names = append(names, n)
+		}
+	}
+	take("mutex", func(n string) (func() error, error) {
+		ctx, err := c.Mutex(n).Lock(bg)
+		return func() error { return c.Mutex(n).Unlock(ctx) }, err
+	})
+	take("fair", func(n string) (func() error, error) {
+		ctx, err := c.FairMutex(n).Lock(bg)
+		return func() error { return c.FairMutex(n).Unlock(ctx) }, err
+	})
+	take("write", func(n string) (func() error, error) {
+		ctx, err := c.RWMutex(n).Lock(bg)
+		return func() error { return c.RWMutex(n).Unlock(ctx) }, err
+	})
+	take("multi", func(n string) (func() error, error) {
+		ml := c.MultiLock(n, n+":b")
+		ctx, err := ml.Lock(bg)
+		names = append(names, n+":b")
+		return func() error { return ml.Unlock(ctx) }, err
+	})
+	take("red", func(n string) (func() error, error) {
+		r := lock.NewRedLock(n, c)
+		ctx, err := r.Lock(bg)
+		return func() error { return r.Unlock(ctx) }, err
+	})
+	for _, n := range names {
+		if d := counterTTL(t, srv, n); d <= 23*time.Hour || d > lock.DefaultTokenExpiry {
+			t.Fatalf("token counter of %q: PTTL %v, want an idle expiry of %v", n, d, lock.DefaultTokenExpiry)
+		}
+	}
+}
+
+// WithTokenExpiry sets the idle expiry; 0 keeps counters forever, as Redisson
+// does.
+func TestToken_WithTokenExpirySetsTheCountersExpiry(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	for _, tc := range []struct {
+		expiry time.Duration
+		ok     func(time.Duration) bool
+	}{
+		{2 * time.Hour, func(d time.Duration) bool { return d > time.Hour && d <= 2*time.Hour }},
+		{0, func(d time.Duration) bool { return d == -1*time.Millisecond || d == -1 }},
+	} {
+		c := instances(t, srv, 1, lock.WithTokenExpiry(tc.expiry))[0]
+		n := fmt.Sprintf("%s:%v", name, tc.expiry)
+		ctx, err := c.Mutex(n).Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Mutex(n).Unlock(ctx)
+		if d := counterTTL(t, srv, n); !tc.ok(d) {
+			t.Fatalf("WithTokenExpiry(%v): counter PTTL %v", tc.expiry, d)
+		}
+	}
+	c := lock.New(srv.Client(), lock.WithTokenExpiry(time.Second))
+	if _, err := c.Mutex(name).Lock(context.Background()); !errors.Is(err, lock.ErrInvalid) {
+		t.Fatalf("WithTokenExpiry(1s) = %v, want ErrInvalid", err)
+	}
+}
+
+// Tokens follow the Redis clock, so a counter that expired (or was deleted)
+// cannot make them go backwards: the next token is still larger than every
+// token issued before.
+func TestToken_AnExpiredCounterDoesNotMakeTokensGoBackwards(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	name := lockName(t)
+	m := c.Mutex(name)
+	counter := "redisson_lock_token:{" + name + "}"
+	var last fencing.Token
+	for i := 0; i < 5; i++ {
+		ctx, err := m.Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := fencing.FromContext(ctx)
+		if tok <= last {
+			t.Fatalf("round %d: token %d after the counter expired, not above %d", i, tok, last)
+		}
+		last = tok
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			srv.Do("DEL", counter)
+		} else {
+			srv.Do("PEXPIRE", counter, 1)
+			eventually(t, time.Second, "the counter expires", func() bool { return srv.Do("EXISTS", counter) == int64(0) })
+		}
+	}
+}

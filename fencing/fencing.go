@@ -33,6 +33,14 @@ func (t Token) Valid() bool { return t > 0 }
 // Next returns the token to issue after stored, given the issuing server's
 // clock in microseconds since the Unix epoch: max(stored+1, nowMicros).
 //
+// It is the rule every lock of package lock applies when it issues a token
+// (issue_token in lock/scripts/lib.lua, run inside Redis against its TIME;
+// lock's TestToken_ScriptsApplyFencingNext checks each kind's script against
+// Next). The scripts add two things on top: an acquisition reserves the next
+// few tokens for the holders its Client hands the lock to (the counter is
+// left at token+n-1), and a MultiLock or RedLock issues at least the largest
+// token of its other parts.
+//
 // Taking the clock into account keeps tokens increasing across a failover: a
 // promoted replica that missed the last increments starts again from its
 // clock, which is ahead of every token issued before the failover unless the

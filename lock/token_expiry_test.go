@@ -134,3 +134,44 @@ func TestToken_AnExpiredCounterDoesNotMakeTokensGoBackwards(t *testing.T) {
 		}
 	}
 }
+
+// fencing.Next is the rule every kind's script applies when it issues a
+// token: max(stored + 1, the server's clock in microseconds), with the
+// counter ahead of the clock and behind it.
+func TestToken_ScriptsApplyFencingNext(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	name := lockName(t)
+	bg := context.Background()
+	rdb := srv.Client()
+	micros := func() int64 {
+		now, err := rdb.Time(bg).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return now.UnixMicro()
+	}
+	kinds := map[string]func(n string) (context.Context, error){
+		"Mutex":     func(n string) (context.Context, error) { return c.Mutex(n).Lock(bg) },
+		"FairMutex": func(n string) (context.Context, error) { return c.FairMutex(n).Lock(bg) },
+		"RWMutex":   func(n string) (context.Context, error) { return c.RWMutex(n).Lock(bg) },
+		"MultiLock": func(n string) (context.Context, error) { return c.MultiLock(n).Lock(bg) },
+		"RedLock":   func(n string) (context.Context, error) { return lock.NewRedLock(n, c).Lock(bg) },
+	}
+	for kind, acquire := range kinds {
+		for _, stored := range []fencing.Token{5, 1 << 52} { // behind the clock, ahead of it
+			n := fmt.Sprintf("%s:%s:%d", name, kind, stored)
+			srv.Do("SET", "redisson_lock_token:{"+n+"}", int64(stored))
+			before := micros()
+			ctx, err := acquire(n)
+			if err != nil {
+				t.Fatalf("%s: %v", kind, err)
+			}
+			after := micros()
+			tok, _ := fencing.FromContext(ctx)
+			if lo, hi := fencing.Next(stored, before), fencing.Next(stored, after); tok < lo || tok > hi {
+				t.Fatalf("%s with counter %d: token %d, want fencing.Next between %d and %d", kind, stored, tok, lo, hi)
+			}
+		}
+	}
+}

@@ -49,14 +49,15 @@ func RetryAfter(d time.Duration) AbortOption {
 // Every JSON answer of the framework goes through it, so clients see one
 // shape. If the response was already written (a handler streamed
 // something), Abort only stops the chain: a second body cannot be sent.
+//
+// A Renderer set for the request (UseRenderer, SetRenderer) writes the body
+// instead, for example as RFC 9457 problem details (ProblemJSON).
 func Abort(c *gin.Context, status int, code string, opts ...AbortOption) {
 	c.Abort()
 	if c.Writer.Written() {
 		return
 	}
-	buf := make([]byte, 0, 64)
-	buf = append(buf, `{"error":`...)
-	buf = appendJSONString(buf, code)
+	var members []Member
 	h := c.Writer.Header()
 	for i, o := range opts {
 		if o.header {
@@ -66,12 +67,29 @@ func Abort(c *gin.Context, status int, code string, opts ...AbortOption) {
 		if o.name == "error" || extraSeen(opts[:i], o.name) {
 			continue
 		}
-		v, err := json.Marshal(o.value)
+		members = append(members, Member{Name: o.name, Value: o.value})
+	}
+	render := JSONRenderer
+	if r, ok := c.Get(rendererKey); ok {
+		render = r.(Renderer)
+	}
+	render(c, status, code, members)
+}
+
+// JSONRenderer is the default Renderer: {"error": code, ...members}, with
+// Content-Type application/json. A member whose value encoding/json cannot
+// encode is left out, so the body is always valid JSON.
+func JSONRenderer(c *gin.Context, status int, code string, members []Member) {
+	buf := make([]byte, 0, 64)
+	buf = append(buf, `{"error":`...)
+	buf = appendJSONString(buf, code)
+	for _, m := range members {
+		v, err := json.Marshal(m.Value)
 		if err != nil {
 			continue
 		}
 		buf = append(buf, ',')
-		buf = appendJSONString(buf, o.name)
+		buf = appendJSONString(buf, m.Name)
 		buf = append(buf, ':')
 		buf = append(buf, v...)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/ginmw"
 	"github.com/seckillguard/seckillguard/lock"
 )
 
@@ -45,6 +46,7 @@ type Guard struct {
 	rdb      redis.UniversalClient
 	locks    *lock.Client
 	log      *slog.Logger
+	render   ginmw.Renderer // nil: ginmw's default
 	defaults []RouteOption
 	metrics  *metrics
 }
@@ -72,6 +74,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		rdb:      rdb,
 		locks:    lock.New(rdb, lockOpts...),
 		log:      o.log,
+		render:   o.render,
 		defaults: o.defaults,
 		metrics:  newMetrics(),
 	}

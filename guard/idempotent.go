@@ -189,7 +189,7 @@ var (
 // Every Idempotent route needs Scope or Unscoped; Idempotent panics at
 // registration otherwise.
 func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
-	return g.idempotentStep(g.mustRoute(opts, useIdem)).handler()
+	return g.handler(g.idempotentStep(g.mustRoute(opts, useIdem)))
 }
 
 func (g *Guard) idempotentStep(r route) step {

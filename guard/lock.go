@@ -25,9 +25,16 @@ const StatusClientClosedRequest = 499
 // gin handler (a policy may run idempotency, then the lock, then the route).
 type step func(c *gin.Context, next func())
 
-// handler turns s into a gin middleware.
-func (s step) handler() gin.HandlerFunc {
-	return func(c *gin.Context) { s(c, c.Next) }
+// handler turns s into a gin middleware that answers through g's
+// Renderer.
+func (g *Guard) handler(s step) gin.HandlerFunc {
+	if g.render == nil {
+		return func(c *gin.Context) { s(c, c.Next) }
+	}
+	return func(c *gin.Context) {
+		ginmw.SetRenderer(c, g.render)
+		s(c, c.Next)
+	}
 }
 
 // Lock returns middleware that holds the distributed lock named by template
@@ -71,7 +78,7 @@ func (s step) handler() gin.HandlerFunc {
 // that reports an error with c.Error(err) where errors.Is(err,
 // fencing.ErrStale) is answered 409.
 func (g *Guard) Lock(template string, opts ...RouteOption) gin.HandlerFunc {
-	return g.lockStep(ginmw.MustParseTemplate(template), g.mustRoute(opts, useLock)).handler()
+	return g.handler(g.lockStep(ginmw.MustParseTemplate(template), g.mustRoute(opts, useLock)))
 }
 
 func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {

@@ -26,8 +26,8 @@ type contextLog struct {
 }
 
 func (h *contextLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *contextLog) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *contextLog) WithGroup(string) slog.Handler             { return h }
+func (h *contextLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *contextLog) WithGroup(string) slog.Handler            { return h }
 func (h *contextLog) Handle(ctx context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

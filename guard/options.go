@@ -16,6 +16,7 @@ type Option func(*options)
 
 type options struct {
 	log      *slog.Logger
+	render   ginmw.Renderer
 	lockOpts []lock.Option
 	defaults []RouteOption
 }
@@ -28,6 +29,14 @@ func WithLogger(l *slog.Logger) Option {
 			o.log = l
 		}
 	}
+}
+
+// WithRenderer sets how the Guard writes the answers it gives by itself
+// (busy, missing key field, Redis unavailable, idempotency key reused...):
+// ginmw.ProblemJSON for RFC 9457 application/problem+json, or a Renderer of
+// your own. Default ginmw.JSONRenderer: {"error": code, ...}.
+func WithRenderer(r ginmw.Renderer) Option {
+	return func(o *options) { o.render = r }
 }
 
 // WithLockOptions passes options to the Guard's lock Client, such as

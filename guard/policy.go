@@ -184,6 +184,9 @@ func (g *Guard) Policies(p *Policies) gin.HandlerFunc {
 	}
 	return func(c *gin.Context) {
 		if s := byMethod[c.Request.Method][c.FullPath()]; s != nil {
+			if g.render != nil {
+				ginmw.SetRenderer(c, g.render)
+			}
 			s(c, c.Next)
 		}
 	}

@@ -218,9 +218,12 @@ func (s *Service) internal(c *gin.Context, what string, err error) {
 }
 
 // admit runs before the lock on the purchase route: it refuses a request
-// without a buyer, and answers sold_out from memory once the instance has
-// seen the SKU's stock at 0, so that the crowd arriving after the sale
-// never queues for the lock.
+// without a buyer, answers not_found for a SKU that does not exist, and
+// sold_out for one whose stock is 0 (from memory once the instance has seen
+// the SKU sell out, else from one read by the unique index), so that
+// neither a made-up SKU nor the crowd arriving after the sale ever reaches
+// the lock: a lock name (and its token counter in Redis) exists only for
+// products that exist.
 //
 // A request that carries an Idempotency-Key from a buyer who holds an order
 // goes on, though: it may be the retry of a purchase whose answer was lost,
@@ -237,7 +240,18 @@ func (s *Service) admit(c *gin.Context) {
 	}
 	sku := c.Param("sku")
 	if !s.soldOut.known(sku) {
-		return
+		var p Product
+		err := s.db.WithContext(c.Request.Context()).Select("stock").Where("sku = ?", sku).Take(&p).Error
+		switch {
+		case errors.Is(err, gorm.ErrRecordNotFound):
+			ginmw.Abort(c, http.StatusNotFound, "not_found")
+			return
+		case err != nil || p.Stock > 0:
+			// A failed read is left to the purchase, which reads again
+			// under the lock and answers for itself.
+			return
+		}
+		s.soldOut.mark(sku)
 	}
 	if c.GetHeader("Idempotency-Key") != "" {
 		var n int64

@@ -444,3 +444,39 @@ func TestService_KeyReusedOnAnotherSKUIs422(t *testing.T) {
 		t.Errorf("sku-a has stock %d and %d orders, want 4 and 1", left, n)
 	}
 }
+
+func TestService_UnknownOrSoldOutSKUNeverReachesTheLock(t *testing.T) {
+	t.Parallel()
+	b, _ := realServers(t)
+	ins, _ := cluster(t, b, testConfig(t, ModeGuard), 1)
+	in := ins[0]
+	putProduct(t, in, "sku-real", 3)
+	putProduct(t, in, "sku-empty", 0)
+	ctx := context.Background()
+	before, err := in.rdb.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		key := ""
+		if i%2 == 0 {
+			key = fmt.Sprintf("k-%d", i)
+		}
+		if a := buyAt(t, in, fmt.Sprintf("made-up-%d", i), fmt.Sprintf("u%d", i), key); a.status != http.StatusNotFound || a.code() != "not_found" {
+			t.Fatalf("made-up SKU: %v, want 404 not_found", a)
+		}
+	}
+	// A SKU whose stock is 0 is answered without the lock too, although
+	// this instance never saw it sell out.
+	if a := buyAt(t, in, "sku-empty", "u1", "k-empty"); a.status != http.StatusConflict || a.code() != "sold_out" {
+		t.Fatalf("sold-out SKU: %v, want 409 sold_out", a)
+	}
+	after, _ := in.rdb.DBSize(ctx).Result()
+	if after != before {
+		keys, _ := in.rdb.Keys(ctx, "*").Result()
+		t.Fatalf("%d Redis keys before the made-up SKUs, %d after: %.200v", before, after, keys)
+	}
+	if a := buyAt(t, in, "sku-real", "u1", "k-real"); a.status != http.StatusCreated {
+		t.Fatalf("a real SKU: %v, want 201", a)
+	}
+}

@@ -321,8 +321,13 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 				if d := retryAfter(r.clients[i], reply.pttl()); retry < 0 || d < retry {
 					retry = d
 				}
-			default: // a node this owner held is gone: count it as refused
-				retry = 0
+			default:
+				// A node this owner held is gone: its hold is lost, and
+				// the node counts as refused. Trying again at once would
+				// find it gone again: the wait is for the other nodes.
+				if h := holds[i]; r.clients[i].lose(h) {
+					h.end(lostError(h.name, "its hold was gone when a RedLock re-entered it"))
+				}
 			}
 		}
 		if ok >= r.quorum && lease-time.Since(start)-drift > 0 {

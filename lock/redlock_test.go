@@ -435,3 +435,36 @@ func TestRedLock_ReentryDoesNotQueueBehindItsOwnWaiters(t *testing.T) {
 		cs[0].Mutex(name).Unlock(r.ctx)
 	}
 }
+
+// A RedLock that re-enters a node whose lock has vanished, while the other
+// nodes are held by someone else, does not try again and again without a
+// pause: the node's hold is lost, and so is the context the RedLock was
+// asked to re-enter it with.
+func TestRedLock_VanishedNodeWhileOthersAreHeldDoesNotSpin(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	cs := redLockProcess(t, nodes)
+	name := lockName(t)
+	bg := context.Background()
+	held, err := cs[0].Mutex(name).Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range redLockProcess(t, nodes[1:]) {
+		if _, err := o.Mutex(name).Lock(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes[0].Do("DEL", name) // the re-entered node's lock vanishes
+	rdb := nodes[1].Client()
+	before := commandCalls(t, rdb)
+	_, err = lock.NewRedLock(name, cs...).TryLock(held, 500*time.Millisecond)
+	if !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("TryLock = %v, want an error matching ErrLost", err)
+	}
+	if !errors.Is(context.Cause(held), lock.ErrLost) {
+		t.Fatalf("the vanished node's hold ended with %v, want ErrLost", context.Cause(held))
+	}
+	if n := delta(before, commandCalls(t, rdb))["evalsha"]; n > 10 {
+		t.Fatalf("%d attempts on a held node within 500ms: the RedLock spins", n)
+	}
+}

@@ -304,7 +304,7 @@ func (g *Guard) idempotentStep(r route) step {
 			c.Request = orig
 			if !done { // the handler panicked: a retry must run again
 				g.dropRecord(bctx, recKey, marker, routeName)
-				idem.WithLabelValues(method, routeName, "dropped").Inc()
+				g.metrics.records.WithLabelValues(method, routeName, "dropped").Inc()
 			}
 		}()
 		next()
@@ -393,7 +393,7 @@ func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string
 // the key ran out (a newer execution may have the key by now). Either is
 // done only while the marker is still this execution's.
 func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, marker, fp, method, routeName string) {
-	idem := g.metrics.idem
+	idem := g.metrics.records
 	resp, err := rcd.Response(ic.replayHeaders...)
 	if err != nil {
 		g.log.WarnContext(ctx, "guard: response not stored for idempotent replay; a retry runs the request again",

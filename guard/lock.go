@@ -28,11 +28,11 @@ type step func(c *gin.Context, next func())
 // handler turns s into a gin middleware that answers through g's
 // Renderer.
 func (g *Guard) handler(s step) gin.HandlerFunc {
-	if g.render == nil {
-		return func(c *gin.Context) { s(c, c.Next) }
-	}
 	return func(c *gin.Context) {
-		ginmw.SetRenderer(c, g.render)
+		g.metrics.touch(routeOf(c))
+		if g.render != nil {
+			ginmw.SetRenderer(c, g.render)
+		}
 		s(c, c.Next)
 	}
 }

@@ -1,6 +1,8 @@
 package guard
 
 import (
+	"sync"
+
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -18,8 +20,18 @@ type metrics struct {
 	redisDown *prometheus.CounterVec
 	wait      *prometheus.HistogramVec
 	hold      *prometheus.HistogramVec
-	idem      *prometheus.CounterVec
+	idem      *prometheus.CounterVec // one outcome per request
+	records   *prometheus.CounterVec // one outcome per executed request
+
+	seen sync.Map // method + " " + route -> struct{}: series created at zero
 }
+
+// The bounded label values, each series of a route created at zero.
+var (
+	requestOutcomes = []string{"executed", "replayed", "in_progress", "mismatch"}
+	recordOutcomes  = []string{"stored", "not_stored", "dropped"}
+	redisModes      = []string{"closed", "open"}
+)
 
 var routeLabels = []string{"method", "route"}
 
@@ -44,7 +56,10 @@ func newMetrics() *metrics {
 		redisDown: counter("redis_unavailable_total", "Requests that met an unreachable Redis, by what was done: closed (503) or open (let through).", "mode"),
 		wait:      hist("lock_wait_seconds", "Time spent waiting for the lock, for requests that got it."),
 		hold:      hist("lock_hold_seconds", "Time the lock was held around the handler."),
-		idem:      counter("idempotency_total", "Idempotent requests by outcome: executed, replayed, in_progress, mismatch, stored, not_stored, dropped.", "outcome"),
+		idem: counter("idempotency_requests_total", "Requests with an idempotency key, by outcome, one per request: executed (the handler ran), "+
+			"replayed (answered from the store), in_progress (the first request still runs), mismatch (the key was used for another request).", "outcome"),
+		records: counter("idempotency_records_total", "What became of the answers of executed idempotent requests, one per execution: "+
+			"stored (kept for replay), not_stored (too large, or the store failed), dropped (not storable: a 5xx, a lost lock, a panic).", "outcome"),
 	}
 }
 
@@ -69,7 +84,29 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem}
+	return []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem, m.records}
+}
+
+// touch creates every series of the route at zero, once, so that rates and
+// sums over them are right from the first request.
+func (m *metrics) touch(method, route string) {
+	if _, done := m.seen.LoadOrStore(method+" "+route, struct{}{}); done {
+		return
+	}
+	for _, c := range []*prometheus.CounterVec{m.acquired, m.busy, m.lost, m.stale} {
+		c.WithLabelValues(method, route)
+	}
+	m.wait.WithLabelValues(method, route)
+	m.hold.WithLabelValues(method, route)
+	for _, mode := range redisModes {
+		m.redisDown.WithLabelValues(method, route, mode)
+	}
+	for _, o := range requestOutcomes {
+		m.idem.WithLabelValues(method, route, o)
+	}
+	for _, o := range recordOutcomes {
+		m.records.WithLabelValues(method, route, o)
+	}
 }
 
 // routeOf returns the label values of c's route.

@@ -181,9 +181,11 @@ func (g *Guard) Policies(p *Policies) gin.HandlerFunc {
 			byMethod[rp.Method] = make(map[string]step)
 		}
 		byMethod[rp.Method][rp.Path] = s
+		g.metrics.touch(rp.Method, rp.Path)
 	}
 	return func(c *gin.Context) {
 		if s := byMethod[c.Request.Method][c.FullPath()]; s != nil {
+			g.metrics.touch(routeOf(c))
 			if g.render != nil {
 				ginmw.SetRenderer(c, g.render)
 			}

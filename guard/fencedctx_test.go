@@ -1,8 +1,10 @@
 package guard_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"gorm.io/driver/mysql"
@@ -68,5 +70,39 @@ func TestLock_DBWithGinContextIsFencedWhateverContextWithFallback(t *testing.T) 
 				t.Fatalf("row %+v after a write under token %d: want stock 9 and fence %d", row, token, token)
 			}
 		})
+	}
+}
+
+func TestLock_DBWithGinContextIsRefusedOnceTheLockIsLost(t *testing.T) {
+	srv := testenv.Redis(t)
+	db, err := gorm.Open(mysql.Open(testenv.MySQL(t)), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Use(gormplugin.New()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AutoMigrate(&item{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("INSERT INTO items (sku, stock, fence) VALUES ('s', 10, 0)").Error; err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		// ContextWithFallback false: c itself never ends, the lock's
+		// context does.
+		r.POST("/buy/:sku", g.Lock("sku:<sku>", guard.Lease(50*time.Millisecond)), func(c *gin.Context) {
+			<-c.Request.Context().Done() // the lease runs out: the lock is lost
+			werr = db.WithContext(c).Model(&item{}).Where("sku = ?", "s").Update("stock", gorm.Expr("stock - 1")).Error
+		})
+	})
+	do(t, "POST", in.srv.URL+"/buy/s", "")
+	var row item
+	if err := db.Where("sku = ?", "s").Take(&row).Error; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(werr, fencing.ErrStale) || row.Stock != 10 || row.Fence != 0 {
+		t.Fatalf("write after the loss: %v, row %+v; want ErrStale and the row untouched", werr, row)
 	}
 }

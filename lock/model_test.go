@@ -297,7 +297,18 @@ func runModel(t *testing.T, cfg modelConfig, e *modelEnv) {
 		}
 		e.admin.Close()
 	}
+	writeLog := func() {
+		if path := os.Getenv("MODEL_LOG"); path != "" { // the whole event log, for a closer look
+			m.mu.Lock()
+			err := os.WriteFile(path, []byte(strings.Join(m.log, "\n")+"\n"), 0o644)
+			m.mu.Unlock()
+			if err != nil {
+				t.Log(err)
+			}
+		}
+	}
 	fail := func(msg string) {
+		writeLog()
 		close(sweepStop)
 		<-sweepDone
 		closeAll()
@@ -361,14 +372,7 @@ func runModel(t *testing.T, cfg modelConfig, e *modelEnv) {
 	close(sweepStop)
 	<-sweepDone
 	closeAll()
-	if path := os.Getenv("MODEL_LOG"); path != "" { // the whole event log, for a closer look
-		m.mu.Lock()
-		err := os.WriteFile(path, []byte(strings.Join(m.log, "\n")+"\n"), 0o644)
-		m.mu.Unlock()
-		if err != nil {
-			t.Log(err)
-		}
-	}
+	writeLog()
 	m.mu.Lock()
 	var counts []string
 	for k, v := range m.counts {

@@ -9,6 +9,14 @@
 // (package fencing) that storage can use to refuse writes of a holder that
 // lost its lock without noticing in time.
 //
+// Ownership is per hold: a context re-enters a lock only if it descends from
+// an acquisition of that lock. Any other context, even one that holds other
+// locks of the Client (a request's context shared by the goroutines it fans
+// out), acquires it afresh under an owner id of its own, so those goroutines
+// exclude each other. A hold never outlives the context it was taken with:
+// when that context ends, the hold is released as if unlocked, and a later
+// Unlock returns nil; context.Background() holds until Unlock.
+//
 // The rest of Redisson's lock family shares that machinery: FairMutex
 // (granted in arrival order across every Client), RWMutex (many readers or
 // one writer, preferring writers), MultiLock (several locks, all or none),

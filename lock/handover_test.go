@@ -482,11 +482,11 @@ func (h *lateCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // isTransfer matches the handover script: two keys (the lock and its token
-// counter) and five arguments.
+// counter) and six arguments.
 func isTransfer(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	k, _ := args[min(4, len(args)-1)].(string)
-	return cmd.Name() == "evalsha" && len(args) == 10 && strings.HasPrefix(k, "redisson_lock_token:")
+	return cmd.Name() == "evalsha" && len(args) == 11 && strings.HasPrefix(k, "redisson_lock_token:")
 }
 
 // A handover whose reply timed out but that reached Redis after the

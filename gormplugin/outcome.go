@@ -75,18 +75,20 @@ func refuseLateIn(db *gorm.DB, inTx bool) {
 	}
 	err := db.Error
 	token, fenced := fencing.FromContext(stmt.Context)
-	ended := fenced && ctxutil.Ended(stmt.Context)
+	// The hold's own context, which a *gin.Context is not (see guard).
+	holder := fencing.Holder(stmt.Context)
+	ended := fenced && ctxutil.Ended(holder)
 	switch {
 	case committing:
 		err = commitError(stmt.Context, stmt.Table, err)
 	case inTx:
 		if ended {
-			err = refused(stmt, token)
+			err = refusedIn(holder, stmt.Table, token)
 		}
 	case mayHaveRun(stmt.Context, err):
-		err = unknown(stmt.Context, "write to "+stmt.Table, err)
+		err = unknown(holder, "write to "+stmt.Table, err)
 	case ended && errors.Is(err, sql.ErrTxDone):
-		err = refused(stmt, token)
+		err = refusedIn(holder, stmt.Table, token)
 	}
 	if err != db.Error {
 		db.Error = err

@@ -15,8 +15,8 @@ import (
 )
 
 // Redis under maxmemory evicts a held lock's key and its token counter
-// (allkeys-lru evicts any key; volatile-lru only keys with an expiry: the
-// lock key, whose lease is one, not the counter, which has none). The holder is told
+// (allkeys-lru evicts any key; volatile-lru only keys with an expiry, which
+// both have: the lease, and the counter's idle expiry). The holder is told
 // within a renewal period that its lock is gone, its write is refused; the
 // next holder's token is newer although the counter is gone, because tokens
 // follow Redis TIME; the history is clean. Under volatile-lru with memory
@@ -61,12 +61,9 @@ func TestEviction_LockKeyAndTokenCounterEvictedUnderMaxmemory(t *testing.T) {
 			filler := srv.Client()
 			value := strings.Repeat("x", 32<<10)
 			evictedAt := time.Time{}
-			// allkeys-lru evicts both; volatile-lru only the lock key: the
-			// counter has no expiry.
+			// Both keys have an expiry (the lease, the counter's idle
+			// expiry), so both policies evict both.
 			gone := []any{"EXISTS", key, counter}
-			if policy == "volatile-lru" {
-				gone = gone[:2]
-			}
 			for i := 0; ; i++ {
 				if srv.Do(gone...) == int64(0) {
 					evictedAt = history.Now()

@@ -930,6 +930,12 @@ func (a *actor) acquire(base context.Context, spec lockSpec, all []*entry) *entr
 	if spec.kind == kMulti && some && !a.cfg.mix["multire"] {
 		return nil
 	}
+	if some && spec.lease > 0 && (!a.cfg.mix["release"] || spec.kind == kMulti || spec.kind == kRed) {
+		// A drawn acquisition that turns out to re-enter: without its lease
+		// unless re-entries with leases are on (and never for compound
+		// locks, whose re-entries' leases the model does not follow).
+		spec.lease = 0
+	}
 	ctx := base
 	var cancel context.CancelFunc
 	if a.cfg.mix["cancel"] && a.chance(0.1) {

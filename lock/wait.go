@@ -1,0 +1,321 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
+)
+
+// An attempt tries to acquire once. It reports whether it acquired, and if
+// not, how long the current holder's lease has left (the longest the caller
+// should wait for an unlock message before trying again).
+type attempt func(ctx context.Context) (ok bool, retry time.Duration, err error)
+
+// A waitSpec describes one wait for a lock.
+type waitSpec struct {
+	name    string        // the lock's name, for errors
+	channel string        // where the unlock messages are published; names the local queue
+	wait    time.Duration // give up after this long (ErrNotAcquired); < 0 waits without bound
+	lease   time.Duration // how long a lock taken by this Client lasts unless renewed
+	shared  bool          // several owners may hold the lock: after one waiter got it, the next shared one tries at once
+	// try makes one attempt; when nil, it is an attempt of h (c.attempt,
+	// the time it was sent kept in h.start).
+	try attempt
+
+	// subscribe, when set, replaces subscribing channel on this Client: it
+	// is called before each attempt of the queue's head and must make sure
+	// the messages that wake the head are received from then on.
+	subscribe func(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error
+
+	// eager makes the first attempt at once even when other goroutines of
+	// this Client wait in the queue: the owner holds part of the lock
+	// already (a compound lock re-entering one of its locks), and those
+	// waiters may be waiting for it.
+	eager bool
+
+	// h, when set, is the single-key hold the wait is for. When its kind can
+	// hand over (handing), a releasing holder of this Client may hand h the
+	// lock instead of an attempt succeeding (h.granted records it), and the
+	// head's first look after it let other Clients go first (see yieldDelay
+	// and turnStagger) is the kind's cheap probe of whether the lock is
+	// free rather than an attempt.
+	h *hold
+}
+
+// waitFor calls s.try until it acquires, s.wait runs out (ErrNotAcquired),
+// ctx ends, or the Client closes. Waiting is pushed: the head waits for an
+// unlock message on the lock's channel, bounded by the remaining lease the
+// last attempt reported (and, after another waiter of this Client took the
+// lock, by s.lease); nothing polls.
+//
+// A wait that has to queue is a small state machine (see waitStep): it
+// looks at its waiter's state, takes its turn to try when it is the head
+// and was told to, and sleeps until something changes.
+func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
+	var prober handing
+	queue, enlist := s.channel, false
+	if s.h != nil {
+		prober, _ = s.h.kind.(handing)
+		if l, ok := s.h.kind.(laned); ok {
+			queue, enlist = s.channel+l.lane(), true
+		}
+	}
+	if s.wait == 0 || s.eager || !c.queued(queue) {
+		// Nobody of this Client is waiting: try at once, without queueing.
+		ok, _, err := c.tryOnce(ctx, &s)
+		if err != nil || ok {
+			return err
+		}
+		if s.wait == 0 {
+			return notAcquired(ctx, s.name)
+		}
+	}
+
+	wt := &waitRun{c: c, ctx: ctx, s: s, prober: prober, queue: queue}
+	if s.wait > 0 {
+		t := time.NewTimer(s.wait)
+		defer t.Stop()
+		wt.deadline = t.C
+	}
+	wt.timer = time.NewTimer(time.Hour)
+	wt.timer.Stop()
+	defer wt.timer.Stop()
+
+	wt.q, wt.w = c.join(wt.queue, s.channel, s.shared, enlist, s.h)
+	defer func() { c.leaveQueue(wt.q, wt.w, wt.acquired, s.lease) }()
+
+	step, err := stepLook, error(nil)
+	for step != stepDone {
+		switch step {
+		case stepLook:
+			step = wt.look()
+		case stepTurn:
+			step, err = wt.turn()
+		case stepSleep:
+			step, err = wt.sleep()
+		}
+	}
+	return err
+}
+
+// tryOnce makes one attempt of s: s.try, or else an attempt of s.h, the
+// time it was sent kept in h.start.
+func (c *Client) tryOnce(ctx context.Context, s *waitSpec) (bool, time.Duration, error) {
+	if s.try != nil {
+		return s.try(ctx)
+	}
+	s.h.start = time.Now()
+	return c.attempt(ctx, s.h)
+}
+
+// A waitStep is what a queued wait does next.
+type waitStep uint8
+
+const (
+	// stepLook reads the waiter's state: the lock handed over (done), its
+	// turn to try (stepTurn), or a bound to sleep with (stepSleep).
+	stepLook waitStep = iota
+	// stepTurn subscribes and tries, or probes first (see handing.probe).
+	stepTurn
+	// stepSleep waits for a wake-up, the bound, the deadline, the end of
+	// ctx or the Client's Close.
+	stepSleep
+	stepDone
+)
+
+// A waitRun is one queued wait of waitFor: its spec, its waiter, and what
+// it has learned so far.
+type waitRun struct {
+	c      *Client
+	ctx    context.Context
+	s      waitSpec
+	prober handing // the kind that probes: a hold's that can hand over
+	queue  string  // the name of the local queue (see laned)
+
+	q        *waitQueue
+	w        *waiter
+	deadline <-chan time.Time // s.wait ran out; nil without bound
+	timer    *time.Timer      // the head's bound
+	probe    bool             // the turn looks whether the lock is free before trying
+	acquired bool             // for leaveQueue
+}
+
+// look reads the waiter's state and says what to do next.
+func (wt *waitRun) look() waitStep {
+	c, q, w := wt.c, wt.q, wt.w
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if w.granted {
+		wt.acquired = true
+		wt.s.h.granted(w.grantAt, w.grantTok, w.grantTop)
+		return stepDone
+	}
+	head, tryNow, bound := w.head, w.tryNow, w.bound
+	w.tryNow, w.bound = false, -1
+	wt.probe = false
+	if head && tryNow && !q.yield.IsZero() {
+		if wait := time.Until(q.yield); wait > 0 {
+			tryNow, bound = false, wait // other Clients first
+		} else {
+			// The others had their head start; most likely one of them
+			// holds the lock now, and its unlock message will come.
+			q.yield = time.Time{}
+			wt.probe = wt.prober != nil
+		}
+	}
+	switch {
+	case head && tryNow:
+		return stepTurn
+	case head && bound >= 0:
+		wt.timer.Reset(bound)
+	}
+	return stepSleep
+}
+
+// turn is the head's turn to try: it subscribes first, so that an unlock
+// between a failed attempt and the subscription cannot go unnoticed, then
+// tries (or probes), and on failure sleeps for the remaining lease it
+// learned.
+func (wt *waitRun) turn() (waitStep, error) {
+	c, ctx, w := wt.c, wt.ctx, wt.w
+	var err error
+	if wt.s.subscribe != nil {
+		err = wt.s.subscribe(ctx, wt.q, wt.deadline)
+	} else {
+		err = c.awaitSubscription(ctx, wt.s.name, wt.q, wt.deadline)
+	}
+	if err != nil {
+		// A handover may have reached this waiter meanwhile: it holds
+		// then, unless the caller is gone (its context, or the Client,
+		// ended).
+		return stepDone, wt.giveUp(err, !ctxutil.Ended(ctx) && !errors.Is(err, ErrClosed))
+	}
+	// A handover to this waiter and its own attempt exclude each other:
+	// both would make it the holder, each with a token of its own.
+	c.qmu.Lock()
+	if w.reserved || w.granted {
+		c.qmu.Unlock()
+		return stepLook, nil // handed over, or about to be: wait for the outcome
+	}
+	w.trying = true
+	c.qmu.Unlock()
+	ok, free, r := false, true, time.Duration(0)
+	if wt.probe {
+		free, r, err = wt.prober.probe(ctx, wt.s.h)
+	}
+	if err == nil && free {
+		ok, r, err = c.tryOnce(ctx, &wt.s)
+	}
+	c.qmu.Lock()
+	if ok {
+		wt.q.handoffs = 0 // taken in a race: a new run of handovers may start
+	} else {
+		w.trying = false
+	}
+	c.qmu.Unlock()
+	switch {
+	case err != nil:
+		return stepDone, wt.giveUp(err, false)
+	case ok:
+		wt.acquired = true
+		return stepDone, nil
+	}
+	// Held: wait for its unlock message, at most as long as its lease
+	// (after a look, or after an attempt) has left; an attempt that knows
+	// no bound (r < 0) waits for the message alone.
+	if !free || r >= 0 {
+		wt.timer.Reset(r)
+	}
+	return stepSleep, nil
+}
+
+// sleep waits until something the wait depends on changes.
+func (wt *waitRun) sleep() (waitStep, error) {
+	c, ctx, name := wt.c, wt.ctx, wt.s.name
+	select {
+	case <-wt.w.notify:
+		return stepLook, nil
+	case <-wt.timer.C:
+		c.qmu.Lock()
+		wt.w.tryNow = wt.w.head
+		c.qmu.Unlock()
+		return stepLook, nil
+	case <-wt.deadline:
+		if ctxutil.Ended(ctx) { // both ended: the caller's end wins, never "busy"
+			return stepDone, wt.giveUp(ctxErr(name, ctx), false)
+		}
+		return stepDone, wt.giveUp(wrap(name, ErrNotAcquired), true)
+	case <-ctx.Done():
+		return stepDone, wt.giveUp(ctxErr(name, ctx), false)
+	case <-c.done:
+		return stepDone, wt.giveUp(wrap(name, ErrClosed), false)
+	}
+}
+
+// giveUp ends the wait with err, unless the lock was handed over meanwhile:
+// a wait that ran out (keep) then succeeds after all; a caller whose
+// context ended, or a closed Client, gets the lock released.
+func (wt *waitRun) giveUp(err error, keep bool) error {
+	if at, tok, top, ok := wt.c.withdraw(wt.w); ok {
+		if keep {
+			wt.acquired = true
+			wt.s.h.granted(at, tok, top)
+			return nil
+		}
+		wt.s.h.kind.undo(context.WithoutCancel(wt.ctx), wt.s.h, true)
+	}
+	return err
+}
+
+// withdraw takes w out of the handovers as it gives up: it waits for a
+// handover under way to w to finish and reports whether the lock was handed
+// to w (when and with which token).
+func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
+	c.qmu.Lock()
+	w.leaving = true
+	for w.reserved {
+		c.qmu.Unlock()
+		<-w.notify
+		c.qmu.Lock()
+	}
+	defer c.qmu.Unlock()
+	return w.grantAt, w.grantTok, w.grantTop, w.granted
+}
+
+// awaitSubscription makes sure q's unlock channel is subscribed and confirmed.
+// A subscription that failed is dropped, so that the next head subscribes anew.
+func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
+	c.qmu.Lock()
+	if q.sub == nil {
+		q.sub = c.subs.acquire(q.channel)
+	}
+	sub := q.sub
+	c.qmu.Unlock()
+	select {
+	case <-sub.ready:
+	case <-deadline:
+		return notAcquired(ctx, name)
+	case <-ctx.Done():
+		return ctxErr(name, ctx)
+	case <-c.done:
+		return wrap(name, ErrClosed)
+	}
+	err := sub.err
+	if err == nil {
+		return nil
+	}
+	c.qmu.Lock()
+	drop := q.sub == sub
+	if drop {
+		q.sub = nil
+	}
+	c.qmu.Unlock()
+	if drop {
+		c.subs.release(sub)
+	}
+	return fmt.Errorf("lock %q: subscribe to unlock messages: %w", name, err)
+}

@@ -65,7 +65,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 			f(&o)
 		}
 	}
-	lockOpts := append([]lock.Option{lock.WithLogger(o.log)}, o.lockOpts...)
+	m := newMetrics()
+	// The Guard's lock events feed its Collector; a WithObserver among
+	// o.lockOpts replaces this one.
+	lockOpts := append([]lock.Option{lock.WithLogger(o.log), lock.WithObserver(m.locks.Observe)}, o.lockOpts...)
 	r := defaultRoute()
 	if applyOptions(&r, useBoth, o.defaults); len(r.errs) > 0 {
 		panic(fmt.Errorf("guard: WithDefaults: %w", errors.Join(r.errs...)))
@@ -76,7 +79,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		log:      o.log,
 		render:   o.render,
 		defaults: o.defaults,
-		metrics:  newMetrics(),
+		metrics:  m,
 	}
 }
 

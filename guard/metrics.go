@@ -22,6 +22,7 @@ type metrics struct {
 	hold      *prometheus.HistogramVec
 	idem      *prometheus.CounterVec // one outcome per request
 	records   *prometheus.CounterVec // one outcome per executed request
+	locks     *LockMetrics           // the lock Client's events
 
 	seen sync.Map // method + " " + route -> struct{}: series created at zero
 }
@@ -48,6 +49,7 @@ func newMetrics() *metrics {
 		}, routeLabels)
 	}
 	return &metrics{
+		locks:     NewLockMetrics(),
 		acquired:  counter("lock_acquired_total", "Locks acquired by the lock middleware."),
 		busy:      counter("lock_busy_total", "Requests answered busy: the key stayed locked for the whole wait."),
 		lost:      counter("lock_lost_total", "Locks lost while their handler ran (lease ran out, expired, or deleted)."),
@@ -84,7 +86,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem, m.records}
+	return []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem, m.records, m.locks}
 }
 
 // touch creates every series of the route at zero, once, so that rates and

@@ -2,13 +2,18 @@ package guard_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/seckillguard/seckillguard/guard"
 	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/lock"
 )
 
 // series returns the counter values of family name by outcome label.
@@ -77,5 +82,52 @@ func TestMetrics_IdempotencyOutcomesNeverDoubleCountAndStartAtZero(t *testing.T)
 	}
 	if down := series(t, reg, "seckillguard_redis_unavailable_total"); len(down) != 2 || down["closed"] != 0 {
 		t.Errorf("redis_unavailable by mode %v, want closed and open at 0", down)
+	}
+}
+
+// TestLockMetrics_CountEventsByKindNeverByName: a Guard's Collector counts
+// its lock Client's events by kind and event, with every series present
+// from the start and no label holding a lock name.
+func TestLockMetrics_CountEventsByKindNeverByName(t *testing.T) {
+	srv := testenv.Redis(t)
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", g.Lock("sku:<sku>"), func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(in.g.Collector())
+	before, _ := reg.Gather()
+	count := func(fams []*dto.MetricFamily, name string) (n int, acquired, released float64) {
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				n++
+				for _, l := range m.GetLabel() {
+					if strings.Contains(l.GetValue(), "sku:") {
+						t.Errorf("label %s=%q holds a lock name", l.GetName(), l.GetValue())
+					}
+				}
+				if label(m, "kind") == "mutex" && label(m, "event") == "acquired" {
+					acquired = m.GetCounter().GetValue()
+				}
+				if label(m, "kind") == "mutex" && label(m, "event") == "released" {
+					released = m.GetCounter().GetValue()
+				}
+			}
+		}
+		return
+	}
+	if n, _, _ := count(before, "seckillguard_lock_events_total"); n != len(lock.Kinds)*len(lock.EventTypes) {
+		t.Errorf("%d lock event series before any request, want all %d at zero", n, len(lock.Kinds)*len(lock.EventTypes))
+	}
+	for i := range 3 {
+		if r := do(t, http.MethodPost, in.srv.URL+"/buy/"+strconv.Itoa(i), ""); r.status != http.StatusNoContent {
+			t.Fatalf("buy: %d", r.status)
+		}
+	}
+	after, _ := reg.Gather()
+	if _, acq, rel := count(after, "seckillguard_lock_events_total"); acq != 3 || rel != 3 {
+		t.Errorf("mutex acquired %v, released %v; want 3 each", acq, rel)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -102,6 +103,8 @@ type hold struct {
 	parent context.Context // what ctx descends from: the context the hold was taken with
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	reported atomic.Bool // its end was told to the Observer
 
 	// Guarded by c.mu.
 	refs     int  // operations in progress on this hold
@@ -277,6 +280,7 @@ func (h *hold) expireAt(t time.Time) {
 
 // end cancels h's context with cause.
 func (h *hold) end(cause error) {
+	h.c.ended(h, cause)
 	h.cancel(cause)
 	h.c.mu.Lock()
 	stop, expiry := h.stopLife, h.expiry
@@ -378,6 +382,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 		h.lease = lo.lease
 	}
 	h.ack = lo.ack
+	called := time.Now()
 	err := c.waitFor(ctx, waitSpec{name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), h: h})
 	if err != nil {
 		if h.queued {
@@ -385,6 +390,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 		}
 		return ctx, err
 	}
+	c.observe(h, EventAcquired, time.Since(called), nil)
 	c.establish(ctx, h, h.start)
 	c.tieToParent(h)
 	return h.ctx, nil
@@ -683,6 +689,7 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 		return c.settle(h, renewed, -1, nil)
 	}
 	c.handedOver(w, true, at, tok, top)
+	c.observe(h, EventHandedOver, 0, nil)
 	return c.settle(h, renewed, 0, nil)
 }
 

@@ -20,6 +20,7 @@ type clientOptions struct {
 	namespace       string
 	logger          *slog.Logger
 	ack             replicaAck // default for every acquisition
+	observer        Observer   // nil: none
 	err             error
 }
 

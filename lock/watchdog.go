@@ -248,6 +248,7 @@ func (w *watchdog) renew() time.Duration {
 		why string
 	}
 	var lost []loss
+	var renewed []*hold // told to the Observer once w.mu is released
 	w.mu.Lock()
 	for i, chunk := range chunks {
 		vals, err := cmds[i].Int64Slice()
@@ -258,6 +259,7 @@ func (w *watchdog) renew() time.Duration {
 			switch {
 			case err == nil && j < len(vals) && vals[j] == 1:
 				h.until = sent[i].Add(w.c.opts.watchdogTimeout)
+				renewed = append(renewed, h.owner)
 			case err == nil:
 				lost = append(lost, loss{h, "the watchdog found it gone"})
 			case !now.Before(h.until):
@@ -269,6 +271,11 @@ func (w *watchdog) renew() time.Duration {
 		}
 	}
 	w.mu.Unlock()
+	for _, h := range renewed {
+		if h != nil { // nil: a place in a wait line
+			w.c.observe(h, EventRenewed, 0, nil)
+		}
+	}
 	if len(lost) > 0 {
 		w.c.opts.logger.Debug("lock: watchdog found locks lost", "count", len(lost))
 	}

@@ -1,0 +1,117 @@
+package lock
+
+import (
+	"errors"
+	"time"
+
+	"github.com/seckillguard/seckillguard/fencing"
+)
+
+// An EventType names what happened to a hold.
+type EventType int
+
+// The events a Client reports to its Observer.
+const (
+	// EventAcquired: a first acquisition (not a re-entry) succeeded; Wait
+	// is how long the call took, waiting included.
+	EventAcquired EventType = iota + 1
+	// EventHandedOver: the holder's final Unlock handed the lock to a
+	// waiter of the same Client without freeing it (the waiter reports its
+	// own EventAcquired).
+	EventHandedOver
+	// EventRenewed: the watchdog renewed the hold's lease.
+	EventRenewed
+	// EventLost: the hold was found lost (expired, deleted, its renewals
+	// failed); Cause says why, and its context is cancelled with it.
+	EventLost
+	// EventReleased: the hold ended without being lost: its final Unlock,
+	// a handover, or the end of the context it was taken with.
+	EventReleased
+	// EventReleasedLater: a final Unlock failed and was completed by the
+	// Client's retries in the background.
+	EventReleasedLater
+)
+
+var eventNames = map[EventType]string{
+	EventAcquired: "acquired", EventHandedOver: "handed_over", EventRenewed: "renewed",
+	EventLost: "lost", EventReleased: "released", EventReleasedLater: "released_later",
+}
+
+// EventTypes lists every EventType, for observers that create their
+// series up front.
+var EventTypes = []EventType{EventAcquired, EventHandedOver, EventRenewed, EventLost, EventReleased, EventReleasedLater}
+
+// String returns the event's name: "acquired", "handed_over", "renewed",
+// "lost", "released", "released_later".
+func (t EventType) String() string { return eventNames[t] }
+
+// Kinds lists the values of Event.Kind.
+var Kinds = []string{"mutex", "fair_mutex", "rw_read", "rw_write", "semaphore"}
+
+// An Event is one thing that happened to a hold of a Client.
+type Event struct {
+	Type EventType
+	// Kind is the kind of lock, one of Kinds: a bounded label value.
+	Kind string
+	// Name is the lock's name: for logs and traces, never a metric label
+	// (names derived from requests are unbounded).
+	Name  string
+	Token fencing.Token // the hold's fencing token (0 for kinds without one)
+	Wait  time.Duration // EventAcquired: how long the acquisition took
+	Held  time.Duration // since the acquisition (0 for EventAcquired)
+	Cause error         // EventLost: why
+}
+
+// An Observer is told of every Event of a Client's holds, synchronously,
+// in the order they happen for each hold. It must be fast and must not call
+// the Client. The lock package itself records nothing: an Observer is the
+// hook for metrics and tracing (package guard has a Prometheus one).
+type Observer func(Event)
+
+// WithObserver sets the Client's Observer. Default: none.
+func WithObserver(o Observer) Option {
+	return func(opts *clientOptions) { opts.observer = o }
+}
+
+// observe reports t about h to the Client's Observer, if any.
+func (c *Client) observe(h *hold, t EventType, wait time.Duration, cause error) {
+	if c == nil || c.opts.observer == nil {
+		return
+	}
+	e := Event{Type: t, Kind: kindOf(h.kind), Name: h.name, Token: h.token, Wait: wait, Cause: cause}
+	if t != EventAcquired && !h.start.IsZero() {
+		e.Held = time.Since(h.start)
+	}
+	c.opts.observer(e)
+}
+
+// ended reports the end of h with cause, once.
+func (c *Client) ended(h *hold, cause error) {
+	if c.opts.observer == nil || !h.reported.CompareAndSwap(false, true) {
+		return
+	}
+	switch {
+	case errors.Is(cause, ErrLost):
+		c.observe(h, EventLost, 0, cause)
+	case errors.Is(cause, errReleasedLater):
+		c.observe(h, EventReleasedLater, 0, nil)
+	default:
+		c.observe(h, EventReleased, 0, nil)
+	}
+}
+
+func kindOf(k kind) string {
+	switch k.(type) {
+	case *Mutex:
+		return "mutex"
+	case *FairMutex:
+		return "fair_mutex"
+	case *readKind:
+		return "rw_read"
+	case *writeKind:
+		return "rw_write"
+	case *Semaphore:
+		return "semaphore"
+	}
+	return "mutex"
+}

@@ -84,29 +84,40 @@ func TestOutcome_AutocommitWriteBlockedPastItsContextIsNotRefused(t *testing.T) 
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db, _ := open(t)
-			p := seed(t, db, "sku-1", 10, 0)
-			release := blockRow(t, db, p.ID)
+			// Whether the server runs the abandoned statement depends on
+			// whether it notices the closed connection before the row lock
+			// is free; either way the answer must be "outcome unknown". The
+			// test needs one round where it ran to show that such a write is
+			// never reported refused.
+			const rounds = 8
+			for round := 1; ; round++ {
+				p := seed(t, db, fmt.Sprintf("sku-%d", round), 10, 0)
+				release := blockRow(t, db, p.ID)
 
-			ctx, cancel := context.WithCancelCause(at(7))
-			defer cancel(nil)
-			errc := make(chan error, 1)
-			go func() { errc <- write(db, ctx, p.ID) }()
-			waitForStatement(t, db, "UPDATE", false)
-			cancel(errLost) // the lock is lost while the write waits for the row
-			err := <-errc
-			release()
-			waitForStatement(t, db, "UPDATE", true)
+				ctx, cancel := context.WithCancelCause(at(7))
+				errc := make(chan error, 1)
+				go func() { errc <- write(db, ctx, p.ID) }()
+				waitForStatement(t, db, "UPDATE", false)
+				cancel(errLost) // the lock is lost while the write waits for the row
+				err := <-errc
+				release()
+				waitForStatement(t, db, "UPDATE", true)
 
-			got := load(t, db, p.ID)
-			t.Logf("err = %v; row: stock %d fence %d", err, got.Stock, got.Fence)
-			if got.Stock != 9 || got.Fence.Token() != 7 {
-				t.Fatalf("row stock %d fence %d: the server did not apply the abandoned write, so this test shows nothing", got.Stock, got.Fence)
-			}
-			if errors.Is(err, fencing.ErrStale) {
-				t.Fatalf("err = %v: reported refused, but the row shows the write applied", err)
-			}
-			if !errors.Is(err, gormplugin.ErrOutcomeUnknown) || !errors.Is(err, errLost) {
-				t.Fatalf("err = %v, want gormplugin.ErrOutcomeUnknown with the lock's cause", err)
+				got := load(t, db, p.ID)
+				applied := got.Stock == 9 && got.Fence.Token() == 7
+				t.Logf("round %d: err = %v; row: stock %d fence %d", round, err, got.Stock, got.Fence)
+				if errors.Is(err, fencing.ErrStale) {
+					t.Fatalf("err = %v: reported refused, but the write may have been applied (applied: %v)", err, applied)
+				}
+				if !errors.Is(err, gormplugin.ErrOutcomeUnknown) || !errors.Is(err, errLost) {
+					t.Fatalf("err = %v, want gormplugin.ErrOutcomeUnknown with the lock's cause", err)
+				}
+				if applied {
+					break
+				}
+				if round == rounds {
+					t.Fatalf("in %d rounds the server never applied the abandoned write, so this test shows nothing", rounds)
+				}
 			}
 		})
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 func benchEnv(b *testing.B) *env {

@@ -31,7 +31,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // An httpRow is one service configuration under the same load.
@@ -96,7 +96,7 @@ type httpEnv struct {
 }
 
 // httpDBPrefix names the database the run creates. It shares the prefix and
-// the "<prefix><pid>_" form of internal/testenv's test databases, so that a
+// the "<prefix><pid>_" form of internal/testkit/testenv's test databases, so that a
 // test run drops it if this process was killed before it could.
 const httpDBPrefix = "sgtest_"
 

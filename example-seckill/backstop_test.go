@@ -14,8 +14,8 @@ import (
 
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/faults"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // TestService_PurchaseWhoseCommitAnswerIsLostIsNeitherRefusedNorDuplicated:

@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // env returns a getenv over vars.

@@ -6,7 +6,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/seckillguard/seckillguard/gormplugin"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"gorm.io/gorm"
 )
 

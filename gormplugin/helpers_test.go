@@ -11,7 +11,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/gormplugin"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"

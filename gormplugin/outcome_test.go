@@ -11,8 +11,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/gormplugin"
-	"github.com/seckillguard/seckillguard/internal/faults"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"gorm.io/gorm"
 )
 

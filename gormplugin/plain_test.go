@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/seckillguard/seckillguard/gormplugin"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/gormplugin"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"gorm.io/gorm"
 )
 

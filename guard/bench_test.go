@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // BenchmarkLockMiddleware measures what guard.Lock itself costs a request,

@@ -14,7 +14,7 @@ import (
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/gormplugin"
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // item is a fenced row.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 func TestIdempotent_InvalidKeyNamesTheCharacterNotItsFirstByte(t *testing.T) {

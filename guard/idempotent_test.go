@@ -19,7 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // TestMain starts the redis-server the package's examples run against and

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // registrationPanic runs register and returns what it panicked with, or nil.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // failReleases fails the next n release calls before they are sent.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // HoldCount answers 0, not the cancelled lock context's error, once the

@@ -21,8 +21,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/faults"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 
@@ -170,7 +170,7 @@ func (e *modelEnv) allNames() []string {
 }
 
 var modelLeakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/seckillguard/seckillguard/internal/testenv.(*RedisServer).start.func1"),
+	goleak.IgnoreAnyFunction("github.com/seckillguard/seckillguard/internal/testkit/testenv.(*RedisServer).start.func1"),
 }
 
 func TestModel(t *testing.T) {

@@ -3,7 +3,7 @@ package lock
 import (
 	"testing"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // The reply to a Client's own SUNSUBSCRIBE of a channel may arrive after a

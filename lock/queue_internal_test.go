@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // localWaiters returns how many goroutines of c wait for a lock.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // A Client hands a Mutex from holder to waiter without asking Redis for a

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckillguard/seckillguard/internal/history"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/history"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // failoverShops starts three instances of the shop on Sentinel failover

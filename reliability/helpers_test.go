@@ -13,9 +13,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/faults"
-	"github.com/seckillguard/seckillguard/internal/history"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/history"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 

@@ -1,3 +1,11 @@
+// Package reliability is the fault, pause and hostile-input suite of
+// seckillguard. It has no API: its tests run the failures a Redis lock
+// meets in production — a holder frozen past its lease, Redis restarted empty, a slow
+// and lossy network, a Sentinel failover, a service instance paused mid-sale,
+// clients churning — and hostile requests, against real redis-server,
+// Sentinel and MariaDB processes, and check the recorded histories with
+// package internal/testkit/history. docs/RELIABILITY.md maps each guarantee to the
+// test that shows it.
 package reliability
 
 import (
@@ -10,7 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckillguard/seckillguard/internal/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
 )
 
 // binDir holds the binaries the suite builds once per run.

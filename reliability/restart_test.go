@@ -10,15 +10,15 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/seckillguard/seckillguard/internal/history"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/history"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 
 // leakOptions are the goroutines a scenario may leave that are not its
 // own: the goroutine waiting for a redis-server restarted by the test.
 var leakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/seckillguard/seckillguard/internal/testenv.(*RedisServer).start.func1"),
+	goleak.IgnoreAnyFunction("github.com/seckillguard/seckillguard/internal/testkit/testenv.(*RedisServer).start.func1"),
 }
 
 // Redis restarted without persistence while locks are held and others wait:

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckillguard/seckillguard/internal/faults"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 // seckillPackage is the reference flash-sale service.

@@ -23,8 +23,8 @@ import (
 	"github.com/seckillguard/seckillguard/ginmw"
 	"github.com/seckillguard/seckillguard/gormplugin"
 	"github.com/seckillguard/seckillguard/guard"
-	"github.com/seckillguard/seckillguard/internal/faults"
-	"github.com/seckillguard/seckillguard/internal/history"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/history"
 	"github.com/seckillguard/seckillguard/lock"
 )
 

@@ -1,6 +1,6 @@
 // Command dbcheck tells scripts/test whether the database server of the
 // tests accepts them: the server of MYSQL_DSN, or root without a password
-// on 127.0.0.1:3306 (the default of internal/testenv). It logs in with the
+// on 127.0.0.1:3306 (the default of internal/testkit/testenv). It logs in with the
 // same driver as the tests, without selecting a database.
 //
 // Exit status: 0 the server accepts the login; 2 nothing answers at the

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckillguard/seckillguard/internal/history"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/history"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
 func TestHolder_StopFreezesItUntilCont(t *testing.T) {

@@ -35,8 +35,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/faults"
-	"github.com/seckillguard/seckillguard/internal/history"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
+	"github.com/seckillguard/seckillguard/internal/testkit/history"
 	"github.com/seckillguard/seckillguard/lock"
 )
 

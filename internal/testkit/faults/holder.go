@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckillguard/seckillguard/internal/history"
+	"github.com/seckillguard/seckillguard/internal/testkit/history"
 )
 
 // HolderPackage is the import path of the holder command.
-const HolderPackage = "github.com/seckillguard/seckillguard/internal/faults/holder"
+const HolderPackage = "github.com/seckillguard/seckillguard/internal/testkit/faults/holder"
 
 // HolderEvent is one line the holder command writes: a step it took, or
 // the loss of a lock. Times are nanoseconds of the host's monotonic clock

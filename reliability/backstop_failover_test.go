@@ -1,4 +1,4 @@
-package failover_test
+package reliability_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/gormplugin"
-	"github.com/seckillguard/seckillguard/internal/testenv"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
 

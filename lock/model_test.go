@@ -973,7 +973,7 @@ func (a *actor) acquire(base context.Context, spec lockSpec, all []*entry) *entr
 			a.m.violation("%s: ErrUpgrade without a read hold of its own", what)
 		case class == "busy" && spec.wait < 0:
 			a.m.violation("%s: Lock without a bound answered ErrNotAcquired", what)
-		case class == "busy" && !endedAt.IsZero() && endedAt.Before(called.Add(spec.wait)) && returned.Sub(endedAt) > a.cfg.timing.grace:
+		case class == "busy" && !endedAt.IsZero() && endedAt.Before(called.Add(spec.wait)) && returned.Sub(endedAt) > 2*a.cfg.timing.grace:
 			// (A context that ended after the wait ran out, while the call
 			// was still held up in the network, may get either answer.)
 			a.m.violation("%s: ErrNotAcquired for a caller whose context had ended %v before, within its wait", what, returned.Sub(endedAt))

@@ -1,7 +1,6 @@
 package ginmw
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -84,14 +83,7 @@ func ProblemJSON(typeBase string) Renderer {
 					continue
 				}
 			}
-			v, err := json.Marshal(m.Value)
-			if err != nil {
-				continue
-			}
-			buf = append(buf, ',')
-			buf = appendJSONString(buf, m.Name)
-			buf = append(buf, ':')
-			buf = append(buf, v...)
+			buf = appendMember(buf, m)
 		}
 		buf = append(buf, '}')
 		c.Data(status, "application/problem+json", buf)

@@ -84,17 +84,23 @@ func JSONRenderer(c *gin.Context, status int, code string, members []Member) {
 	buf = append(buf, `{"error":`...)
 	buf = appendJSONString(buf, code)
 	for _, m := range members {
-		v, err := json.Marshal(m.Value)
-		if err != nil {
-			continue
-		}
-		buf = append(buf, ',')
-		buf = appendJSONString(buf, m.Name)
-		buf = append(buf, ':')
-		buf = append(buf, v...)
+		buf = appendMember(buf, m)
 	}
 	buf = append(buf, '}')
 	c.Data(status, "application/json; charset=utf-8", buf)
+}
+
+// appendMember appends ,"name":value to a JSON object being built; a value
+// encoding/json cannot encode is left out, so the object stays valid JSON.
+func appendMember(buf []byte, m Member) []byte {
+	v, err := json.Marshal(m.Value)
+	if err != nil {
+		return buf
+	}
+	buf = append(buf, ',')
+	buf = appendJSONString(buf, m.Name)
+	buf = append(buf, ':')
+	return append(buf, v...)
 }
 
 func extraSeen(opts []AbortOption, name string) bool {

@@ -170,7 +170,7 @@ func (f *FairMutex) undo(ctx context.Context, h *hold, acquired bool) {
 		drop = "1"
 	}
 	if err := c.run(ctx, fairLeaveScript, f.leaveKeys, h.field, c.publish, drop).Err(); err != nil {
-		c.opts.logger.Warn("lock: could not leave a fair lock's line; the place is given away after the watchdog timeout",
+		c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not leave a fair lock's line; the place is given away after the watchdog timeout",
 			"lock", f.m.name, "timeout", c.opts.watchdogTimeout, "err", err)
 	}
 }

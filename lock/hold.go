@@ -148,8 +148,24 @@ func (c *Client) refAgain(h *hold) {
 // forgotten and its context ends with cause ErrLost.
 func (h *hold) renewalLost(why string) {
 	if h.c.lose(h) {
+		h.c.opts.logger.WarnContext(h.logContext(context.Background()), "lock: a hold was lost; its context ends with ErrLost",
+			"lock", h.name, "why", why)
 		h.end(lostError(h.name, why))
 	}
+}
+
+// logContext is the context to log an event about h with, from a call made
+// with ctx: once h is held, the context it was taken with (ended or not),
+// so that a log handler finds the request's values there (trace and request
+// ids) even for a background call, whose ctx has none; before, ctx.
+func (h *hold) logContext(ctx context.Context) context.Context {
+	switch {
+	case h.parent != nil:
+		return h.parent
+	case ctx != nil:
+		return ctx
+	}
+	return context.Background()
 }
 
 // abandon removes from Redis what is left of h after its lease ran out
@@ -331,7 +347,7 @@ func (h *hold) parentEnded() {
 	ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
 	defer cancel()
 	if err := c.releaseLevel(ctx, h); err != nil && !errors.Is(err, ErrLost) {
-		c.opts.logger.Debug("lock: releasing a hold whose context ended failed; retried until its lease ends",
+		c.opts.logger.DebugContext(h.parent, "lock: releasing a hold whose context ended failed; retried until its lease ends",
 			"lock", h.name, "err", err)
 	}
 }

@@ -465,7 +465,7 @@ func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[
 			}
 		}
 		if err := ml.c.run(rctx, multiReleaseScript, keys, args...).Err(); err != nil {
-			ml.c.opts.logger.Warn("lock: could not roll back part of a MultiLock; it expires with its lease",
+			ml.c.opts.logger.WarnContext(ctx, "lock: could not roll back part of a MultiLock; it expires with its lease",
 				"locks", ml.label, "err", err)
 		}
 		for _, m := range g {

@@ -189,7 +189,7 @@ func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 		return
 	}
 	if err := m.c.run(ctx, releaseScript, m.freeKeys, h.field, 1, m.c.publish).Err(); err != nil {
-		m.c.opts.logger.Warn("lock: could not roll back an acquisition of unknown outcome; it expires with its lease",
+		m.c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not roll back an acquisition of unknown outcome; it expires with its lease",
 			"lock", m.name, "lease", h.lease, "err", err)
 	}
 }
@@ -224,7 +224,7 @@ func (m *Mutex) abort(ctx context.Context, from, to *hold) error {
 	keys := []string{m.key, m.unlockCh, m.key, m.unlockCh}
 	err := m.c.run(ctx, multiReleaseScript, keys, m.c.publish, to.field, 1, from.field, 1).Err()
 	if err != nil {
-		m.c.opts.logger.Warn("lock: could not free a lock after a handover of unknown outcome; it expires with its lease",
+		m.c.opts.logger.WarnContext(from.logContext(ctx), "lock: could not free a lock after a handover of unknown outcome; it expires with its lease",
 			"lock", m.name, "err", err)
 	}
 	return err

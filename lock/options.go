@@ -77,8 +77,13 @@ func WithNamespace(ns string) Option {
 	return func(o *clientOptions) { o.namespace = ns }
 }
 
-// WithLogger sets where the Client reports background trouble: renewals that
-// fail, subscriptions that break. Default slog.Default().
+// WithLogger sets where the Client reports background trouble: holds lost,
+// releases and rollbacks that fail, subscriptions that break. A record about
+// a hold is written with the context the hold was taken with (slog's
+// *Context forms), even when the watchdog or a retry writes it long after
+// Lock returned, so a handler can add the request's trace and request ids;
+// records about the Client's pub/sub connections, which serve many requests,
+// get context.Background(). Default slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(o *clientOptions) {
 		if l != nil {

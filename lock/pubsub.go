@@ -205,6 +205,9 @@ func (s *subscriber) connFor(ctx context.Context, channel string) (*psConn, erro
 // connection breaks, go-redis reconnects and subscribes again on the next
 // receive; unlock messages published meanwhile are lost, so every
 // re-confirmed channel wakes its head waiter to try again.
+//
+// Its log records concern the connection, which serves the waiters of many
+// requests and belongs to none: they are written with context.Background().
 func (s *subscriber) read(pc *psConn) {
 	backoff := time.Duration(0)
 	broken := false
@@ -217,15 +220,15 @@ func (s *subscriber) read(pc *psConn) {
 			case errors.Is(err, redis.ErrClosed):
 				// The go-redis client was closed under the Client: no
 				// outage, and nothing will reconnect.
-				s.c.opts.logger.Debug("lock: pub/sub ends: its Redis client was closed", "err", err)
+				s.c.opts.logger.DebugContext(context.Background(), "lock: pub/sub ends: its Redis client was closed", "err", err)
 				return
 			case errors.Is(err, net.ErrClosed):
 				// Closed on this side (the go-redis client closing): the
 				// next receive says whether it reconnects.
-				s.c.opts.logger.Debug("lock: pub/sub connection closed locally", "err", err)
+				s.c.opts.logger.DebugContext(context.Background(), "lock: pub/sub connection closed locally", "err", err)
 			case !broken:
 				broken = true
-				s.c.opts.logger.Warn("lock: pub/sub connection broken; waiters fall back to lease timeouts until it is back", "err", err)
+				s.c.opts.logger.WarnContext(context.Background(), "lock: pub/sub connection broken; waiters fall back to lease timeouts until it is back", "err", err)
 			}
 			if pc.sharded {
 				if s.moved(pc) {
@@ -257,7 +260,7 @@ func (s *subscriber) read(pc *psConn) {
 			case "subscribe", "ssubscribe":
 				if broken {
 					broken = false
-					s.c.opts.logger.Info("lock: pub/sub connection restored")
+					s.c.opts.logger.InfoContext(context.Background(), "lock: pub/sub connection restored")
 				}
 				s.confirm(m.Channel)
 			case "sunsubscribe":
@@ -351,7 +354,9 @@ func (s *subscriber) abandon(pc *psConn) {
 		}
 	}
 	s.mu.Unlock()
-	s.c.opts.logger.Info("lock: shard channels moved to another node; subscribing there", "from", pc.addr, "channels", len(gone))
+	// The connection's channels are the waiters of many requests: no one
+	// request's context to log with.
+	s.c.opts.logger.InfoContext(context.Background(), "lock: shard channels moved to another node; subscribing there", "from", pc.addr, "channels", len(gone))
 	_ = pc.ps.Close()
 	for _, cs := range gone {
 		s.fail(cs, fmt.Errorf("the node %s no longer serves %s", pc.addr, cs.channel))
@@ -386,7 +391,8 @@ func (s *subscriber) close() {
 	s.mu.Unlock()
 	for _, pc := range conns {
 		if err := pc.ps.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
-			s.c.opts.logger.Debug("lock: closing pub/sub", "err", err)
+			// Close, not any request, ends the connection.
+			s.c.opts.logger.DebugContext(context.Background(), "lock: closing pub/sub", "err", err)
 		}
 	}
 }

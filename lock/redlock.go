@@ -598,7 +598,7 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 				if c.lose(h) {
 					h.end(wrap(r.name, ErrReleased))
 				}
-				c.opts.logger.Warn("lock: could not release a RedLock node; it expires with its lease",
+				c.opts.logger.WarnContext(ctx, "lock: could not release a RedLock node; it expires with its lease",
 					"lock", r.name, "node", i, "err", err)
 			}
 		}()

@@ -261,7 +261,7 @@ func (k *readKind) undo(ctx context.Context, h *hold, acquired bool) {
 	}
 	rw := k.rw
 	if err := rw.c.run(ctx, readReleaseScript, rw.keys, h.field, 1, rw.c.publish).Err(); err != nil {
-		rw.c.opts.logger.Warn("lock: could not roll back a read acquisition of unknown outcome; it expires with its lease",
+		rw.c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not roll back a read acquisition of unknown outcome; it expires with its lease",
 			"lock", rw.name, "lease", h.lease, "err", err)
 	}
 }
@@ -323,7 +323,7 @@ func (k *writeKind) undo(ctx context.Context, h *hold, acquired bool) {
 		drop = "1"
 	}
 	if err := rw.c.run(ctx, writeLeaveScript, rw.keys, h.field, rw.c.publish, drop).Err(); err != nil {
-		rw.c.opts.logger.Warn("lock: could not stop waiting for a write lock; readers wait until the watchdog timeout",
+		rw.c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not stop waiting for a write lock; readers wait until the watchdog timeout",
 			"lock", rw.name, "timeout", rw.c.opts.watchdogTimeout, "err", err)
 	}
 }

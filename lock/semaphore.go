@@ -173,7 +173,7 @@ func (s *Semaphore) undo(ctx context.Context, h *hold, acquired bool) {
 		return
 	}
 	if err := s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish).Err(); err != nil {
-		s.c.opts.logger.Warn("lock: could not roll back a permit of unknown outcome; it expires with its lease",
+		s.c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not roll back a permit of unknown outcome; it expires with its lease",
 			"semaphore", s.name, "lease", h.lease, "err", err)
 	}
 }

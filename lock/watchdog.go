@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"sort"
 	"strconv"
 	"sync"
@@ -277,7 +278,9 @@ func (w *watchdog) renew() time.Duration {
 		}
 	}
 	if len(lost) > 0 {
-		w.c.opts.logger.Debug("lock: watchdog found locks lost", "count", len(lost))
+		// A pass over the holds of many requests, no one's: each lost hold
+		// is logged with its own context as it is told (renewalLost).
+		w.c.opts.logger.DebugContext(context.Background(), "lock: watchdog found locks lost", "count", len(lost))
 	}
 	for _, l := range lost {
 		w.remove(l.h)

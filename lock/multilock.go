@@ -579,12 +579,20 @@ func (ml *MultiLock) endWithParent(mh *multiHold) {
 	}
 	mh.levels, mh.done, mh.ended, mh.stopLife = 0, nil, true, nil
 	for i, h := range mh.holds {
-		for ; n > 0 && mh.carried[i] && h.levels > 0 && c.stillHeld(h); n-- {
+		// Each carried hold has n levels of this acquisition: every one of
+		// them goes.
+		for k := n; k > 0 && mh.carried[i] && h.levels > 0 && c.stillHeld(h); k-- {
 			ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
 			err := c.releaseLevel(ctx, h)
 			cancel()
-			if err != nil {
-				break
+			if err != nil && !errors.Is(err, ErrLost) && h.levels > 1 && c.stillHeld(h) {
+				// Nobody calls again for this level: let go of it here. Its
+				// count in Redis may stay one above, which is harmless: the
+				// final release removes the owner whatever the count (and a
+				// failed final release is retried by releaseLater).
+				h.levels--
+				c.opts.logger.Debug("lock: releasing a MultiLock's level of a hold it re-entered failed; the final release removes it",
+					"lock", h.name, "err", err)
 			}
 		}
 	}

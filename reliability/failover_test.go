@@ -1,6 +1,8 @@
 package reliability
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/seckillguard/seckillguard/internal/testkit/history"
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
+	"github.com/seckillguard/seckillguard/lock"
 )
 
 // failoverShops starts three instances of the shop on Sentinel failover
@@ -21,19 +24,43 @@ func failoverShops(t *testing.T, env *testenv.SentinelEnv, dsn string, watchdog 
 	var urls []string
 	var shops []*shopInstance
 	for range 3 {
-		// Commands retry for about as long as a failover takes, so that
-		// a release sent as the master dies still arrives: a lock whose
-		// final Unlock fails stays renewed by its Client's watchdog (see
-		// docs/RELIABILITY.md).
-		rdb := env.FailoverClient(func(o *redis.FailoverOptions) {
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 300*time.Millisecond, time.Second, time.Second
-			o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 40, 20*time.Millisecond, 200*time.Millisecond
-		})
-		in := startShop(t, rdb, dsn, watchdog, 10*time.Millisecond)
+		in := failoverShop(t, env, dsn, watchdog)
 		shops = append(shops, in)
 		urls = append(urls, in.url)
 	}
 	return shops, urls
+}
+
+// failoverShop starts one instance of the shop on a Sentinel failover
+// client of env, its locks renewed with the watchdog timeout watchdog.
+func failoverShop(t *testing.T, env *testenv.SentinelEnv, dsn string, watchdog time.Duration) *shopInstance {
+	t.Helper()
+	// Commands retry for about as long as a failover takes, so that a
+	// release sent as the master dies still arrives: a lock whose final
+	// Unlock fails stays renewed by its Client's watchdog (see
+	// docs/RELIABILITY.md).
+	rdb := env.FailoverClient(func(o *redis.FailoverOptions) {
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 300*time.Millisecond, time.Second, time.Second
+		o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 40, 20*time.Millisecond, 200*time.Millisecond
+	})
+	return startShop(t, rdb, dsn, watchdog, 10*time.Millisecond)
+}
+
+// buyOnce sends one purchase of sku by user to the shop at url and returns
+// its status and error code; hold, when set, is its X-Hold.
+func buyOnce(client *http.Client, url, sku, user, hold string) (int, string) {
+	req, _ := http.NewRequest(http.MethodPost, url+"/api/seckill/"+sku, nil)
+	req.Header.Set("X-User-ID", user)
+	if hold != "" {
+		req.Header.Set("X-Hold", hold)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, errorCode(body)
 }
 
 // A lock lost in a failover (Redis replicates asynchronously, so the lock a
@@ -50,20 +77,7 @@ func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
 	db := seedShop(t, dsn, sku, 10)
 	shops, urls := failoverShops(t, env, dsn, time.Second)
 	client := &http.Client{Timeout: 30 * time.Second}
-	buy := func(url, user, hold string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, url+"/api/seckill/"+sku, nil)
-		req.Header.Set("X-User-ID", user)
-		if hold != "" {
-			req.Header.Set("X-Hold", hold)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, errorCode(body)
-	}
+	buy := func(url, user, hold string) (int, string) { return buyOnce(client, url, sku, user, hold) }
 
 	rec := history.NewRecorder()
 	for _, in := range shops {
@@ -142,49 +156,177 @@ func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
 	}
 }
 
-// The master killed under Sentinel during a sale: three instances on
-// Sentinel failover clients keep selling through the failover, and the
-// database shows no unit sold twice, no order duplicated and no order
-// without its decrement. Requests that meet the failover are answered 503
-// (fail closed) and retried by their clients.
-func TestFailover_MasterKilledMidSaleOversellsNothing(t *testing.T) {
+// The master killed under Sentinel during a sale, with the protections
+// provably at work. Asynchronous replication loses what the master granted
+// last: the replica is frozen and its link cut, two buyers take the locks of
+// two SKUs on the master and stall between their read and their write, and
+// the master is killed; the replica is promoted without either lock, while
+// a sale of a third SKU goes on through the failover.
+//
+//   - Instance 1 renews every 40 s (watchdog 120 s) and took its first lock
+//     in the stalled purchase, so no renewal of it is sent before its
+//     write: it cannot know. A second buyer takes the lock on the new
+//     master and buys; the stalled purchase, released, writes before any
+//     notice — and the fence refuses it.
+//   - Instance 0 renews every 5 s (watchdog 15 s, longer than the failover
+//     takes, so that it is the renewal finding the lock gone that tells it,
+//     not its lease running out): the stalled purchase's context is
+//     cancelled with lock.ErrLost while it stalls, before anyone else
+//     enters; released, its write is refused before it is sent.
+//
+// The run fails unless at least one write was refused by the fence and one
+// holder was told, and the database shows every unit sold once and one
+// order per buyer. The recorded history may show the fenced holder
+// overlapping the next (it was never told while inside: the lock is only an
+// efficiency lock there), and nothing else.
+func TestFailover_MasterKilledMidSaleFencesAndTellsTheLostHolders(t *testing.T) {
 	const (
-		sku     = "sku-failover"
-		stock   = 60
-		buyers  = 150
-		workers = 12
+		sku       = "sku-failover"
+		skuTold   = "sku-told"
+		skuFenced = "sku-fenced"
+		stock     = 60
+		buyers    = 150
+		workers   = 8
 	)
 	env := testenv.Sentinel(t)
 	dsn := testenv.MySQL(t)
 	db := seedShop(t, dsn, sku, stock)
-	shops, urls := failoverShops(t, env, dsn, 2*time.Second)
-
-	var once sync.Once
-	killed := make(chan time.Time, 1)
-	start := time.Now()
-	res := sell(t, urls, sku, buyers, workers, func(done int) {
-		if done == buyers/5 {
-			once.Do(func() {
-				env.Master.Kill()
-				killed <- time.Now()
-			})
-		}
-	})
-	var killedAt time.Time
-	select {
-	case killedAt = <-killed:
-	default:
-		t.Fatal("the sale ended before the master was killed")
+	if err := db.Create(&shopProduct{SKU: skuTold, Stock: 1}).Error; err != nil {
+		t.Fatal(err)
 	}
-	env.WaitForFailover(30 * time.Second)
-	orders := checkSale(t, db, sku, stock, res)
-	var stale int64
+	if err := db.Create(&shopProduct{SKU: skuFenced, Stock: 1}).Error; err != nil {
+		t.Fatal(err)
+	}
+	toldShop := failoverShop(t, env, dsn, 15*time.Second)
+	fencedShop := failoverShop(t, env, dsn, 120*time.Second)
+	saleShop := failoverShop(t, env, dsn, 2*time.Second)
+	shops := []*shopInstance{toldShop, fencedShop, saleShop}
+	rec := history.NewRecorder()
 	for _, in := range shops {
+		in.rec.Store(rec)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	type answer struct {
+		status int
+		code   string
+	}
+	// buyUntilAnswered retries while the failover settles (503, busy).
+	buyUntilAnswered := func(url, sku, user string) answer {
+		for range 100 {
+			s, c := buyOnce(client, url, sku, user, "")
+			if s == http.StatusCreated || s == http.StatusConflict && c != "busy" {
+				return answer{s, c}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("%s's purchase of %s never answered", user, sku)
+		return answer{}
+	}
+
+	// The sale goes on throughout, on instances 0 and 2.
+	progress := make(chan struct{})
+	var once sync.Once
+	saleDone := make(chan *saleResult, 1)
+	start := time.Now()
+	var saleEnded time.Duration
+	go func() {
+		res := sell(t, []string{toldShop.url, saleShop.url}, sku, buyers, workers, func(done int) {
+			if done == buyers/5 {
+				once.Do(func() { close(progress) })
+			}
+		})
+		saleEnded = time.Since(start)
+		saleDone <- res
+	}()
+	select {
+	case <-progress:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the sale did not get going")
+	}
+
+	// The replica stops hearing from the master; two purchases take their
+	// locks on the master only, read, and stall.
+	env.Replica.Pause()
+	env.Master.Do("CLIENT", "KILL", "TYPE", "replica")
+	toldStall, fencedStall := toldShop.stall("told"), fencedShop.stall("fenced")
+	toldAnswer, fencedAnswer := make(chan answer, 1), make(chan answer, 1)
+	go func() { s, c := buyOnce(client, toldShop.url, skuTold, "told", ""); toldAnswer <- answer{s, c} }()
+	go func() { s, c := buyOnce(client, fencedShop.url, skuFenced, "fenced", ""); fencedAnswer <- answer{s, c} }()
+	for _, st := range []*stall{toldStall, fencedStall} {
+		select {
+		case <-st.reached:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a stalled purchase never read")
+		}
+	}
+	env.Master.Kill()
+	killedAt := time.Since(start)
+	env.Replica.Resume()
+	env.WaitForFailover(30 * time.Second)
+	for _, k := range []string{"sku:" + skuTold, "sku:" + skuFenced} {
+		if env.Replica.Do("EXISTS", k) != int64(0) {
+			t.Fatalf("the promoted replica has %s: the failover did not lose it", k)
+		}
+	}
+
+	// The fenced SKU: another buyer gets in on the new master and buys;
+	// the stalled purchase, never told, writes and is refused by the fence.
+	if a := buyUntilAnswered(saleShop.url, skuFenced, "after-fenced"); a.status != http.StatusCreated {
+		t.Fatalf("the buyer after the failover on %s: %d %s, want 201", skuFenced, a.status, a.code)
+	}
+	if err := fencedStall.ctx.Err(); err != nil {
+		t.Fatalf("the stalled purchase on instance 1 was told before its write (%v): its watchdog renewed early", context.Cause(fencedStall.ctx))
+	}
+	close(fencedStall.release)
+	fenced := <-fencedAnswer
+
+	// The told SKU: the stalled purchase is told while it stalls, before
+	// anyone else gets in; released, it writes nothing.
+	select {
+	case <-toldStall.ctx.Done():
+	case <-time.After(25 * time.Second):
+		t.Errorf("the stalled purchase on instance 0, whose lock the failover lost, was never told")
+	}
+	told := context.Cause(toldStall.ctx)
+	if a := buyUntilAnswered(saleShop.url, skuTold, "after-told"); a.status != http.StatusCreated {
+		t.Fatalf("the buyer after the failover on %s: %d %s, want 201", skuTold, a.status, a.code)
+	}
+	close(toldStall.release)
+	toldA := <-toldAnswer
+
+	res := <-saleDone
+	if saleEnded < killedAt {
+		t.Errorf("the sale ended %v in, before the master was killed at %v", saleEnded, killedAt)
+	}
+	orders := checkSale(t, db, sku, stock, res)
+	checkSale(t, db, skuTold, 1, &saleResult{ordered: []string{"after-told"}})
+	checkSale(t, db, skuFenced, 1, &saleResult{ordered: []string{"after-fenced"}})
+	var refused, toldN, stale int64
+	for _, in := range shops {
+		refused += in.fence.Load()
+		toldN += in.told.Load()
 		stale += in.stale.Load()
 	}
-	t.Logf("master killed %v into the sale; %d orders of %d units in %v, %d requests, %d refused by the backstop; answers %v",
-		killedAt.Sub(start).Round(time.Millisecond), orders, stock, time.Since(start).Round(time.Millisecond), res.attempts.Load(), stale, res.statuses)
+	r := checkShopSKUs(t, rec, db, map[string]int{sku: stock, skuTold: 1, skuFenced: 1})
+	t.Logf("master killed %v into the sale, which ended at %v; %d orders of %d units, %d requests, answers %v", killedAt.Round(time.Millisecond),
+		saleEnded.Round(time.Millisecond), orders, stock, res.attempts.Load(), res.statuses)
+	t.Logf("refused by the fence: %d; told of the loss: %d (%d purchases refused in all); the fenced purchase was answered %d %s, the told one %d %s (cause %v)",
+		refused, toldN, stale, fenced.status, fenced.code, toldA.status, toldA.code, told)
+	t.Logf("history: %s", r)
 	if orders != stock {
 		t.Errorf("%d orders for %d units and %d buyers: the sale did not go on after the failover", orders, stock, buyers)
+	}
+	if refused == 0 || fencedShop.fence.Load() != 1 || fencedStall.toldBeforeWrite.Load() || fenced.status != http.StatusConflict {
+		t.Errorf("the fence refused %d writes (instance 1: %d); the purchase stalled on instance 1 was answered %d %s: want its write, sent before any notice, refused by the fence",
+			refused, fencedShop.fence.Load(), fenced.status, fenced.code)
+	}
+	if toldN == 0 || !errors.Is(told, lock.ErrLost) || !toldStall.toldBeforeWrite.Load() || toldA.status != http.StatusConflict {
+		t.Errorf("%d holders told of their loss; the purchase stalled on instance 0 had cause %v and was answered %d %s: want it told (lock.ErrLost) before its write and refused",
+			toldN, told, toldA.status, toldA.code)
+	}
+	for _, a := range r.Anomalies {
+		if a.Kind != history.Overlap && a.Kind != history.LateNotice || a.Key != "sku:"+skuFenced && a.Key != "sku:"+sku {
+			t.Errorf("history: %s", a)
+		}
 	}
 }

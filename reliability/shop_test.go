@@ -86,6 +86,27 @@ type shopInstance struct {
 	// being the register (see record).
 	rec atomic.Pointer[history.Recorder]
 	seq atomic.Int64
+
+	stalls sync.Map // user -> *stall: that user's purchase stalls between its read and its write
+}
+
+// A stall holds one buyer's purchase between its read and its write until
+// the test releases it, as a pause of unknown length would.
+type stall struct {
+	reached chan struct{} // closed once the purchase has read and stalls
+	release chan struct{} // close to let it write
+	ctx     context.Context
+	// toldBeforeWrite says whether the purchase's lock context had ended
+	// when it sent its write (set before release's answer is sent).
+	toldBeforeWrite atomic.Bool
+}
+
+// stall makes user's next purchase on in stall; close the result's release
+// to let it go on.
+func (in *shopInstance) stall(user string) *stall {
+	st := &stall{reached: make(chan struct{}), release: make(chan struct{})}
+	in.stalls.Store(user, st)
+	return st
 }
 
 // checkShop runs the history checker on the shop's recorded purchases of
@@ -93,14 +114,24 @@ type shopInstance struct {
 // holds its final value and fence.
 func checkShop(t testing.TB, rec *history.Recorder, db *gorm.DB, sku string, initial int, opts ...history.Option) history.Report {
 	t.Helper()
-	var p shopProduct
-	if err := db.Take(&p, "sku = ?", sku).Error; err != nil {
-		t.Fatal(err)
+	return checkShopSKUs(t, rec, db, map[string]int{sku: initial}, opts...)
+}
+
+// checkShopSKUs is checkShop for several SKUs, each with its initial stock.
+func checkShopSKUs(t testing.TB, rec *history.Recorder, db *gorm.DB, initial map[string]int, opts ...history.Option) history.Report {
+	t.Helper()
+	fences, final := make(map[string]int64), make(map[string]int64)
+	for sku, n := range initial {
+		var p shopProduct
+		if err := db.Take(&p, "sku = ?", sku).Error; err != nil {
+			t.Fatal(err)
+		}
+		key := "sku:" + sku
+		rec.Initial(key, int64(n))
+		fences[key], final[key] = int64(p.Fence.Token()), int64(p.Stock)
 	}
-	key := "sku:" + sku
-	rec.Initial(key, int64(initial))
-	opts = append([]history.Option{history.Fences(map[string]int64{key: int64(p.Fence.Token())})}, opts...)
-	return history.Check(rec.History(), map[string]int64{key: int64(p.Stock)}, opts...)
+	opts = append([]history.Option{history.Fences(fences)}, opts...)
+	return history.Check(rec.History(), final, opts...)
 }
 
 func startShop(t testing.TB, rdb redis.UniversalClient, dsn string, watchdog, holdDelay time.Duration) *shopInstance {
@@ -154,6 +185,13 @@ func (in *shopInstance) buy(c *gin.Context, db *gorm.DB, holdDelay time.Duration
 		holdDelay = d // this purchase stalls longer, as a GC pause would
 	}
 	time.Sleep(holdDelay) // a pause between the read and the write
+	if v, ok := in.stalls.LoadAndDelete(user); ok {
+		st := v.(*stall)
+		st.ctx = ctx
+		close(st.reached)
+		<-st.release
+		st.toldBeforeWrite.Store(ctx.Err() != nil)
+	}
 	start := history.Now()
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Model(&shopProduct{SKU: sku}).Update("stock", p.Stock-1)

@@ -67,7 +67,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 	}
 	m := newMetrics()
 	// The Guard's lock events feed its Collector; a WithObserver among
-	// o.lockOpts replaces this one.
+	// o.lockOpts is told of them too.
 	lockOpts := append([]lock.Option{lock.WithLogger(o.log), lock.WithObserver(m.locks.Observe)}, o.lockOpts...)
 	r := defaultRoute()
 	if applyOptions(&r, useBoth, o.defaults); len(r.errs) > 0 {

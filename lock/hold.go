@@ -406,7 +406,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 		}
 		return ctx, err
 	}
-	c.observe(h, EventAcquired, time.Since(called), nil)
+	c.observeIn(ctx, h, EventAcquired, time.Since(called), nil)
 	c.establish(ctx, h, h.start)
 	c.tieToParent(h)
 	return h.ctx, nil

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -60,6 +61,16 @@ type Event struct {
 	Wait  time.Duration // EventAcquired: how long the acquisition took
 	Held  time.Duration // since the acquisition (0 for EventAcquired)
 	Cause error         // EventLost: why
+	// Owner is the hold's owner field in Redis, as Inspect reports it: the
+	// same in every event of one hold and another for any other hold, so
+	// that an observer can pair a hold's acquisition with its end. Like
+	// Name, it is for logs and traces, never a metric label.
+	Owner string
+	// Context is the context the hold was taken with (it may have ended):
+	// it carries the caller's values, such as a trace's span and request
+	// ids, for an observer that traces or logs. An Observer must not keep
+	// it beyond the hold's end. Never nil.
+	Context context.Context
 }
 
 // An Observer is told of every Event of a Client's holds, synchronously,
@@ -68,17 +79,37 @@ type Event struct {
 // hook for metrics and tracing (package guard has a Prometheus one).
 type Observer func(Event)
 
-// WithObserver sets the Client's Observer. Default: none.
+// WithObserver adds o to the Client's Observers: each is told of every
+// Event, in the order their options were given (a Guard's metrics and a
+// tracer, say). A nil o adds nothing. Default: none.
 func WithObserver(o Observer) Option {
-	return func(opts *clientOptions) { opts.observer = o }
+	return func(opts *clientOptions) {
+		switch prev := opts.observer; {
+		case o == nil:
+		case prev == nil:
+			opts.observer = o
+		default:
+			opts.observer = func(e Event) { prev(e); o(e) }
+		}
+	}
 }
 
-// observe reports t about h to the Client's Observer, if any.
+// observe reports t about h, an established hold, to the Client's
+// Observer, if any.
 func (c *Client) observe(h *hold, t EventType, wait time.Duration, cause error) {
+	c.observeIn(h.parent, h, t, wait, cause)
+}
+
+// observeIn reports t about h, taken with ctx, to the Client's Observer, if
+// any.
+func (c *Client) observeIn(ctx context.Context, h *hold, t EventType, wait time.Duration, cause error) {
 	if c == nil || c.opts.observer == nil {
 		return
 	}
-	e := Event{Type: t, Kind: kindOf(h.kind), Name: h.name, Token: h.token, Wait: wait, Cause: cause}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e := Event{Type: t, Kind: kindOf(h.kind), Name: h.name, Token: h.token, Wait: wait, Cause: cause, Owner: h.field, Context: ctx}
 	if t != EventAcquired && !h.start.IsZero() {
 		e.Held = time.Since(h.start)
 	}

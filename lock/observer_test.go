@@ -170,3 +170,41 @@ func TestObserver_ALossIsToldOnceAfterRenewals(t *testing.T) {
 		t.Errorf("lost %+v (event %d, first renewal %d), want a cause matching ErrLost after the renewals", lost, li, ri)
 	}
 }
+
+// TestObserver_EventsCarryTheHoldsContextAndOwner: every event of a hold
+// carries the context it was taken with (a tracer finds the caller's span
+// there) and the hold's owner field, the same from acquired to released
+// and another for the next hold; every Observer given is told.
+func TestObserver_EventsCarryTheHoldsContextAndOwner(t *testing.T) {
+	srv := testenv.Redis(t)
+	var first, second events
+	c := instances(t, srv, 1, lock.WithObserver(first.observe), lock.WithObserver(second.observe))[0]
+	name := lockName(t)
+	for _, id := range []string{"req-1", "req-2"} {
+		ctx, err := c.Mutex(name).Lock(context.WithValue(context.Background(), requestIDKey{}, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Mutex(name).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ev := range []*events{&first, &second} {
+		ev.mu.Lock()
+		all := append([]lock.Event(nil), ev.all...)
+		ev.mu.Unlock()
+		if len(all) != 4 {
+			t.Fatalf("observer %d was told %d events, want 4 (acquired, released twice)", i+1, len(all))
+		}
+		for j, e := range all {
+			want := []string{"req-1", "req-2"}[j/2]
+			if id, _ := e.Context.Value(requestIDKey{}).(string); id != want {
+				t.Errorf("observer %d, event %d (%v): context with request id %q, want %q", i+1, j, e.Type, id, want)
+			}
+		}
+		if all[0].Owner == "" || all[0].Owner != all[1].Owner || all[2].Owner != all[3].Owner || all[0].Owner == all[2].Owner {
+			t.Errorf("observer %d: owners %q %q %q %q, want one per hold, each in both of its events",
+				i+1, all[0].Owner, all[1].Owner, all[2].Owner, all[3].Owner)
+		}
+	}
+}

@@ -591,7 +591,7 @@ func (ml *MultiLock) endWithParent(mh *multiHold) {
 				// final release removes the owner whatever the count (and a
 				// failed final release is retried by releaseLater).
 				h.levels--
-				c.opts.logger.Debug("lock: releasing a MultiLock's level of a hold it re-entered failed; the final release removes it",
+				c.opts.logger.DebugContext(mh.parent, "lock: releasing a MultiLock's level of a hold it re-entered failed; the final release removes it",
 					"lock", h.name, "err", err)
 			}
 		}

@@ -107,18 +107,21 @@ func TestService_PurchaseWhoseCommitAnswerIsLostIsNeitherRefusedNorDuplicated(t 
 	}
 }
 
-// TestService_ClaimRefusesAnOlderHolderBetweenTheReadAndTheWrite: a
-// purchase claims the product row before it reads the stock, so an older
-// lock holder that has not yet been told of its loss (token between the
-// row's fence and the purchase's) cannot write between the purchase's read
-// and its write; without the claim its write would be accepted and then
-// overwritten by stock = read - 1, a unit sold twice.
-func TestService_ClaimRefusesAnOlderHolderBetweenTheReadAndTheWrite(t *testing.T) {
+// TestService_RowLockRefusesAnOlderHolderBetweenTheReadAndTheWrite: a
+// purchase reads the product row with SELECT ... FOR UPDATE inside the
+// transaction that writes it, so an older lock holder that has not yet been
+// told of its loss (token between the row's fence and the purchase's)
+// cannot write between the purchase's read and its write: its write waits
+// for the row lock, and once the purchase has committed the fence refuses
+// it. Without the row lock (or with the read outside the transaction) its
+// write would be accepted and then overwritten by stock = read - 1, a unit
+// sold twice.
+func TestService_RowLockRefusesAnOlderHolderBetweenTheReadAndTheWrite(t *testing.T) {
 	t.Parallel()
 	b, _ := realServers(t)
 	ins, db := cluster(t, b, testConfig(t, ModeGuard), 1)
 	in := ins[0]
-	const sku = "sku-claim"
+	const sku = "sku-rowlock"
 	putProduct(t, in, sku, 10)
 	var before Product
 	if err := db.Where("sku = ?", sku).Take(&before).Error; err != nil {
@@ -126,16 +129,57 @@ func TestService_ClaimRefusesAnOlderHolderBetweenTheReadAndTheWrite(t *testing.T
 	}
 	older := fencing.Token(before.Fence) + 1 // newer than the row, older than any purchase's token
 
-	var olderErr error
+	// Between the purchase's read and its write, the older holder writes
+	// on a connection of its own; the purchase goes on once that write has
+	// either finished or been seen waiting for the row's lock.
+	olderDone := make(chan error, 1)
 	hook := func() {
-		ctx := fencing.WithToken(context.Background(), older)
-		olderErr = db.WithContext(ctx).Model(&Product{}).Where("sku = ?", sku).Update("stock", gorm.Expr("stock - 1")).Error
+		thread := make(chan int64, 1)
+		go func() {
+			olderDone <- db.Connection(func(conn *gorm.DB) error {
+				var id int64
+				if err := conn.Raw("SELECT CONNECTION_ID()").Scan(&id).Error; err != nil {
+					thread <- 0
+					return err
+				}
+				thread <- id
+				ctx := fencing.WithToken(context.Background(), older)
+				return conn.WithContext(ctx).Model(&Product{}).Where("sku = ?", sku).Update("stock", gorm.Expr("stock - 1")).Error
+			})
+		}()
+		id := <-thread
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case err := <-olderDone:
+				olderDone <- err
+				return
+			default:
+			}
+			var waiting int64
+			err := db.Raw("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", id).Scan(&waiting).Error
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if waiting > 0 {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Error("the older holder's write neither finished nor waited for the row lock within 10s")
 	}
 	in.svc.afterRead.Store(&hook)
 	a := buyAt(t, in, sku, "u1", "")
 	in.svc.afterRead.Store(nil)
 	if a.status != http.StatusCreated {
 		t.Fatalf("purchase: %v", a)
+	}
+	var olderErr error
+	select {
+	case olderErr = <-olderDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older holder's write did not end within 10s of the purchase's answer")
 	}
 	if olderErr == nil {
 		t.Fatalf("the older holder's write (token %d) was accepted between the purchase's read and its write; stock now %d with %d orders", older, stockOf(t, db, sku), len(ordersOf(t, db, sku)))

@@ -14,9 +14,10 @@
 // The purchase (POST /api/seckill/:sku) is the usual flash-sale handler: read the
 // stock, check it, deduct it in the application, create the order, inside a
 // distributed lock on the SKU taken by the policies of guard.yaml. The row is
-// claimed and the writes are fenced with the lock's token (gormplugin), so a
-// holder that lost its lock cannot write; unique indexes allow one order per
-// user and SKU and per idempotency key.
+// read with SELECT ... FOR UPDATE in the transaction that writes it, and the
+// writes are fenced with the lock's token (gormplugin), so a holder that lost
+// its lock cannot write; unique indexes allow one order per user and SKU and
+// per idempotency key.
 package main
 
 import (

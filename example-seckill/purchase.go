@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/ginmw"
@@ -34,11 +35,12 @@ const (
 // handler does: read the stock, check it, deduct in the application (stock = read -
 // 1), create the order. In the guard modes it runs inside the lock of the
 // policy file, with the lock's context as request context, so the writes
-// carry the fencing token, and it claims the row (gormplugin.Claim) before
-// reading it, so the read is fenced too. The two writes share one
-// transaction, so an order refused by a unique index (the user already
-// bought, or the idempotency key was used) gives its unit back. Nothing
-// inside calls another service.
+// carry the fencing token, and it reads the row with SELECT ... FOR UPDATE
+// inside the transaction that writes it, so that the read is ordered among
+// the fenced writes too (see readForUpdate). The read, the deduction and the
+// order share that one transaction and its one commit, so an order refused
+// by a unique index (the user already bought, or the idempotency key was
+// used) gives its unit back. Nothing inside calls another service.
 //
 //	201 the order                       409 {"error":"sold_out"}
 //	409 {"error":"already_purchased"}   404 {"error":"not_found"}
@@ -57,61 +59,59 @@ func (s *Service) buy(c *gin.Context) {
 		return
 	}
 	db := s.db.WithContext(ctx)
+	_, fenced := fencing.FromContext(ctx)
 
-	if _, fenced := fencing.FromContext(ctx); fenced {
-		// Claim the row before reading it: it refuses the writes of every
-		// older lock holder from now on, so that no holder that lost the
-		// lock without noticing in time can write between this read and
-		// this write.
-		if err := gormplugin.Claim(db, &Product{SKU: sku}); err != nil {
-			if !s.undecided(c, err) && !s.refused(c, ctx, err) {
-				s.internal(c, "claim the product", err)
-			}
-			return
-		}
-	}
-	var p Product
-	if err := db.Where("sku = ?", sku).Take(&p).Error; err != nil {
-		switch {
-		case errors.Is(err, gorm.ErrRecordNotFound):
-			ginmw.Abort(c, http.StatusNotFound, "not_found")
-		case !s.refused(c, ctx, err):
-			s.internal(c, "read the product", err)
-		}
-		return
-	}
-	if p.Stock <= 0 {
-		s.soldOut.mark(sku)
-		ginmw.Abort(c, http.StatusConflict, "sold_out")
-		return
-	}
-	if f := s.afterRead.Load(); f != nil {
-		(*f)()
-	}
-
-	s.pause()
-
-	left := p.Stock - 1
 	order := Order{UserID: user, SKU: sku}
 	if rec, ok := guard.IdempotencyRecord(c); ok {
 		fp, _ := guard.IdempotencyFingerprint(c)
 		order.IdempotencyKey, order.IdempotencyFP = &rec, &fp
 	}
-	// gormplugin.Transaction rather than db.Transaction: a COMMIT whose
-	// answer was lost is reported as such, not as a driver error (or, with
-	// the lock lost meanwhile, as a refusal).
-	err := gormplugin.Transaction(db, func(tx *gorm.DB) error {
-		// UPDATE products SET stock = <left>, fence = <token>
-		// WHERE sku = ? AND fence <= <token>
-		res := tx.Model(&Product{}).Where("sku = ?", sku).Update("stock", left)
-		if res.Error != nil {
-			return res.Error
+	// take reads the stock through q, checks it and decides what to write.
+	var left int
+	take := func(q *gorm.DB) error {
+		var p Product
+		if err := q.Where("sku = ?", sku).Take(&p).Error; err != nil {
+			return err
 		}
-		if res.RowsAffected != 1 {
-			return gorm.ErrRecordNotFound // deleted meanwhile
+		if p.Stock <= 0 {
+			return errSoldOut
 		}
-		return tx.Create(&order).Error
-	})
+		if f := s.afterRead.Load(); f != nil {
+			(*f)()
+		}
+		s.pause()
+		left = p.Stock - 1
+		return nil
+	}
+	var err error
+	if !fenced {
+		// The modes without the distributed lock read as the usual handler
+		// does, before the transaction and with nothing ordering the read
+		// among other purchases' writes: the incident the demo shows.
+		err = take(db)
+	}
+	if err == nil {
+		// gormplugin.Transaction rather than db.Transaction: a COMMIT whose
+		// answer was lost is reported as such, not as a driver error (or,
+		// with the lock lost meanwhile, as a refusal).
+		err = gormplugin.Transaction(db, func(tx *gorm.DB) error {
+			if fenced {
+				if err := take(readForUpdate(tx)); err != nil {
+					return err
+				}
+			}
+			// UPDATE products SET stock = <left>, fence = <token>
+			// WHERE sku = ? AND fence <= <token>
+			res := tx.Model(&Product{}).Where("sku = ?", sku).Update("stock", left)
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected != 1 {
+				return gorm.ErrRecordNotFound // deleted meanwhile
+			}
+			return tx.Create(&order).Error
+		})
+	}
 	switch {
 	case err == nil:
 		s.orders.Inc()
@@ -119,15 +119,46 @@ func (s *Service) buy(c *gin.Context) {
 			s.soldOut.mark(sku)
 		}
 		c.JSON(http.StatusCreated, order)
+	case errors.Is(err, errSoldOut):
+		s.soldOut.mark(sku)
+		ginmw.Abort(c, http.StatusConflict, "sold_out")
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		ginmw.Abort(c, http.StatusNotFound, "not_found")
 	case s.undecided(c, err):
 	case s.refused(c, ctx, err):
 	case errors.Is(err, gormplugin.ErrDuplicate):
 		s.duplicate(c, ctx, order, err)
-	case errors.Is(err, gorm.ErrRecordNotFound):
-		ginmw.Abort(c, http.StatusNotFound, "not_found")
 	default:
-		s.internal(c, "write the order", err)
+		s.internal(c, "purchase", err)
 	}
+}
+
+// errSoldOut ends a purchase that found no stock left; nothing is written.
+var errSoldOut = errors.New("seckill: sold out")
+
+// readForUpdate makes the purchase's read a locking read, SELECT ... FOR
+// UPDATE, inside the transaction tx that then writes the row. It gives the
+// read the place among the fenced writes that a claim (gormplugin.Claim)
+// would, with no statement and no commit of its own:
+//
+//   - A write of an older lock holder (one that lost the lock without
+//     noticing in time) that arrives after the read waits for the row lock
+//     until this transaction ends; by then the row's fence holds this
+//     purchase's token, and the fence refuses the older write. Without the
+//     row lock it would be accepted between the read and the write and then
+//     overwritten by stock = read - 1: a unit sold twice.
+//   - An older holder's write that holds the row lock first is waited for,
+//     and the read returns what it committed (a locking read reads the
+//     newest committed row, not the transaction's snapshot).
+//   - A write with a newer token that committed before the read has left a
+//     newer fence on the row: this purchase's fenced UPDATE changes nothing
+//     and is refused as stale.
+//
+// On SQLite, which has no row locks, the dialect drops the FOR UPDATE; the
+// service's SQLite transactions take the database's write lock when they
+// begin (_txlock=immediate), which orders the read the same way.
+func readForUpdate(tx *gorm.DB) *gorm.DB {
+	return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 }
 
 // pause sleeps HoldDelay in HoldRate of the purchases. It does not watch the

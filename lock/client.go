@@ -209,28 +209,6 @@ func (c *Client) goBackground(f func()) bool {
 	return true
 }
 
-// heldKey is the context key under which a hold's context, and every context
-// derived from it, carries the hold: how a later acquisition of the same lock
-// with such a context finds the hold it re-enters. Ownership is per hold: a
-// context that carries no hold of a lock acquires it afresh, under an owner
-// id of its own, whatever other locks of the Client it holds. Each lock value
-// boxes its key once (see holdKey), so that looking it up allocates nothing.
-type heldKey struct {
-	c   *Client
-	key string
-	r   role
-}
-
-// holdKey returns the context key of the holds of role r on key, boxed.
-func (c *Client) holdKey(key string, r role) any { return heldKey{c, key, r} }
-
-// heldBy returns the hold ctx descends from under the context key hk (see
-// holdKey), or nil.
-func heldBy(ctx context.Context, hk any) *hold {
-	h, _ := ctx.Value(hk).(*hold)
-	return h
-}
-
 // leaseArg returns the script argument for a lease of d: its milliseconds, as
 // a string boxed once for the watchdog timeout, the lease of most holds.
 func (c *Client) leaseArg(d time.Duration) any {
@@ -238,9 +216,4 @@ func (c *Client) leaseArg(d time.Duration) any {
 		return c.leaseMS
 	}
 	return strconv.FormatInt(d.Milliseconds(), 10)
-}
-
-// field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
-func (c *Client) field(owner int64) string {
-	return c.id + ":" + strconv.FormatInt(owner, 10)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
@@ -108,4 +110,24 @@ func failed(ctx context.Context, name string, err error) error {
 // lostError is the cause of a lost hold's context.
 func lostError(name, why string) error {
 	return fmt.Errorf("lock %q: %w: %s", name, ErrLost, why)
+}
+
+// outcomeUnknown reports whether a command that failed with err may have been
+// executed: anything but an error reply from the server, a connection that
+// was never obtained, or a refusal of this package.
+func outcomeUnknown(err error) bool {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	for _, e := range []error{ErrInvalid, ErrUpgrade, ErrNotReplicated, ErrNoQuorum, ErrNotAcquired, ErrClosed} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout)
 }

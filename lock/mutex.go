@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -245,38 +244,6 @@ func (m *Mutex) probe(ctx context.Context, h *hold) (bool, time.Duration, error)
 func (m *Mutex) channel(*hold) string { return m.unlockCh }
 func (m *Mutex) shared() bool         { return false }
 func (m *Mutex) tokens() bool         { return true }
-
-// retryAfter turns the PTTL an acquire script reported into how long to wait
-// for an unlock message at most.
-func retryAfter(c *Client, pttl int64) time.Duration {
-	switch {
-	case pttl == -1: // a key without expiry: not written by a lock; look again after a watchdog timeout
-		return c.opts.watchdogTimeout
-	case pttl < 0: // gone meanwhile
-		return 0
-	}
-	return time.Duration(pttl) * time.Millisecond
-}
-
-// outcomeUnknown reports whether a command that failed with err may have been
-// executed: anything but an error reply from the server, a connection that
-// was never obtained, or a refusal of this package.
-func outcomeUnknown(err error) bool {
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		return false
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	for _, e := range []error{ErrInvalid, ErrUpgrade, ErrNotReplicated, ErrNoQuorum, ErrNotAcquired, ErrClosed} {
-		if errors.Is(err, e) {
-			return false
-		}
-	}
-	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout)
-}
 
 // IsLocked reports whether anyone holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {

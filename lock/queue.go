@@ -1,10 +1,7 @@
 package lock
 
 import (
-	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/fencing"
 )
@@ -26,48 +23,6 @@ type waitQueue struct {
 	heard    int64     // unlock messages that ended other Clients' turns since then
 	asked    time.Time // when others was counted (see othersListening)
 }
-
-// cohortLimit bounds how many times in a row a lock is handed from one
-// holder of a Client straight to the next waiter of the same Client: a
-// Client's turn serves at most cohortLimit+1 holders, 16. Handing over saves
-// the unlock message and the race that follows it, so a hot lock moves
-// inside one process at the cost of one round trip; the bound makes the
-// Client free the lock regularly, so that the waiters of other Clients
-// (other instances of the service) get their turn.
-//
-// A turn costs Redis about 12 commands (the release and its message, the
-// next Client's acquisition, the others' PTTL looks, now and then a count
-// of the listeners), a handover 3, so a longer turn costs Redis less per
-// acquisition and keeps the other Clients waiting longer. Measured on one
-// hot key (4 Clients x 16 goroutines, 200 us sections, turns in strict
-// rotation: see turnStagger): turns of 9 ran 4.11 commands per acquisition
-// with a p99 wait of 29 ms, turns of 12 3.83 and 37 ms, turns of 16 3.62
-// and 26 ms (every waiter of a Client served in one turn there); with 2 ms
-// sections 12 gave a p99 of 192 ms, 16 138 ms.
-const cohortLimit = 15
-
-// tokenBlock is how many fencing tokens a Mutex's acquisition reserves, its
-// own included: the holders it hands the lock to in a run of handovers take
-// the next ones without a command to issue them (see issue_token in
-// lib.lua). A run longer than that (no other Client waits) reserves another
-// block.
-const tokenBlock = cohortLimit + 1
-
-// turnStagger orders the Clients that race for a lock freed at the end of a
-// turn. Redis tells every subscriber of the unlock channel at once, and
-// which one's attempt lands first is down to scheduling: left to that, two
-// Clients can take turns while a third waits through many. A Client counts
-// the turns it hears end after its own; one that has heard fewer than there
-// are other Clients holds back turnStagger for each turn it is short, so the
-// Client that waited longest tries first and the others, arriving later,
-// look with one PTTL instead of a failed attempt.
-const turnStagger = 200 * time.Microsecond
-
-// yieldDelay is how long the head of a Client that has just ended a run of
-// handovers (see cohortLimit) lets the waiters of other Clients take the
-// lock before it tries itself. It is woken then even if the unlock message
-// escaped it.
-const yieldDelay = time.Millisecond
 
 // A laned kind lines its waiters up in a queue of their own, apart from the
 // other waiters of the same channel; every message on the channel wakes the
@@ -113,143 +68,6 @@ type waiter struct {
 	grantTop fencing.Token // the last token reserved for h's run of handovers (see tokenBlock)
 	grantAt  time.Time     // when h's lease began: the handover was sent, or the releaser's lease began
 	leaving  bool          // the waiter gave up: no handover any more
-}
-
-// reserveHandover picks the waiter of this Client that h's lock can be handed
-// to at its final release: the head of its queue, waiting for the same lock
-// through a kind that can hand over. The caller then completes the handover
-// with handedOver. After cohortLimit handovers in a row there is none, and
-// turn reports that the Client's turn is over: the caller frees the lock
-// and calls endTurn.
-func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
-	if _, ok := h.kind.(handing); !ok {
-		return nil, false
-	}
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[h.kind.channel(h)]
-	if q == nil || len(q.waiters) == 0 {
-		return nil, false
-	}
-	if q.handoffs >= cohortLimit {
-		return nil, true
-	}
-	w = q.waiters[0]
-	if w.h == nil || w.reserved || w.granted || w.leaving || w.trying || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
-		return nil, false
-	}
-	if _, ok := w.h.kind.(handing); !ok {
-		return nil, false
-	}
-	w.reserved = true
-	q.handoffs++
-	return w, false
-}
-
-// renewTurn starts a new run of handovers on channel without freeing the
-// lock: no other Client waits for its turn.
-func (c *Client) renewTurn(channel string) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if q := c.queues[channel]; q != nil {
-		q.handoffs = 0
-	}
-}
-
-// othersListening returns how many subscribers other than this Client
-// listen on channel — other Clients, or Redisson clients, whose waiters
-// deserve a turn. It asks Redis at most once per turn (PUBSUB NUMSUB, or
-// SHARDNUMSUB on the channel's node in a Cluster), and answers -1 (some,
-// how many unknown) when Redis cannot say.
-//
-// A count above zero is taken as still true for othersFresh: other Clients
-// that waited for a turn a moment ago most likely still do, and asking
-// would keep the lock held for one more round trip at the end of every turn.
-func (c *Client) othersListening(ctx context.Context, channel string) int64 {
-	c.qmu.Lock()
-	if q := c.queues[channel]; q != nil && q.others > 0 && time.Since(q.asked) < othersFresh {
-		c.qmu.Unlock()
-		return q.others
-	}
-	c.qmu.Unlock()
-	asked := time.Now()
-	n := c.countOthers(ctx, channel)
-	c.qmu.Lock()
-	if q := c.queues[channel]; q != nil && n > 0 {
-		q.asked = asked
-	}
-	c.qmu.Unlock()
-	return n
-}
-
-// othersFresh is how long othersListening trusts a count above zero.
-const othersFresh = 100 * time.Millisecond
-
-// countOthers asks Redis for othersListening.
-func (c *Client) countOthers(ctx context.Context, channel string) int64 {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	var counts map[string]int64
-	var err error
-	if c.cluster {
-		var node *redis.Client
-		if node, err = c.rdb.(*redis.ClusterClient).MasterForKey(ctx, channel); err == nil {
-			counts, err = node.PubSubShardNumSub(ctx, channel).Result()
-		}
-	} else {
-		counts, err = c.rdb.PubSubNumSub(ctx, channel).Result()
-	}
-	if err != nil {
-		return -1
-	}
-	return max(counts[channel]-c.subs.listening(channel), 0)
-}
-
-// startTurn is called before the lock of channel is freed at the end of
-// this Client's turn, when others other subscribers listen (-1: some): from
-// then on its head holds back (its own unlock message must not send it
-// racing the others).
-func (c *Client) startTurn(channel string, others int64) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if q := c.queues[channel]; q != nil {
-		q.yield = time.Now().Add(yieldDelay)
-		q.heard, q.others = 0, others
-	}
-}
-
-// endTurn is called after the lock of channel was freed at the end of this
-// Client's turn: its head lets the other Clients try first, for yieldDelay,
-// and then looks whether the lock is free even if it heard no unlock
-// message.
-func (c *Client) endTurn(channel string) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if q := c.queues[channel]; q != nil {
-		q.handoffs = 0
-		q.yield = time.Now().Add(yieldDelay)
-		if len(q.waiters) > 0 {
-			h := q.waiters[0]
-			h.tryNow = true
-			signal(h)
-		}
-	}
-}
-
-// handedOver completes a handover to w reserved by reserveHandover: when it
-// succeeded (at: when w's lease began; tok and top: the token it gave w and
-// the last one reserved) w is woken holding the lock; otherwise w tries to
-// acquire at once.
-func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	w.reserved = false
-	if ok {
-		w.granted, w.grantAt, w.grantTok, w.grantTop = true, at, tok, top
-	} else {
-		w.tryNow = w.head
-	}
-	signal(w)
 }
 
 // queued reports whether goroutines of this Client wait in the queue name.

@@ -195,20 +195,6 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 	return rw.c.unlock(ctx, rw.wk, rw.name)
 }
 
-// leaseArgs returns a hold's lease for a first acquisition and for a
-// re-entry: the lease the re-entry asks for (WithLease), or else the
-// watchdog's lease, or "0" for a fixed lease, which keeps its deadline.
-func leaseArgs(h *hold) (first, again string) {
-	first = strconv.FormatInt(h.lease.Milliseconds(), 10)
-	switch {
-	case h.relet > 0:
-		return first, strconv.FormatInt(h.relet.Milliseconds(), 10)
-	case h.fixed:
-		return first, "0"
-	}
-	return first, first
-}
-
 // readerField returns the read field of the owner of a write hold.
 func readerField(writeField string) string { return strings.TrimSuffix(writeField, ":write") }
 

@@ -1,0 +1,253 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/ctxutil"
+)
+
+// acquire takes a hold of role on key through kind k for an acquisition of
+// its own, or re-enters the hold ctx carries under hk (see heldKey): the one
+// way every single-key lock type locks. wait < 0 waits without bound.
+func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if ctx == nil {
+		return ctx, noContext(name)
+	}
+	lo := c.lockOptions(opts)
+	if lo.err != nil {
+		return ctx, wrap(name, lo.err)
+	}
+	if ctxutil.Ended(ctx) {
+		return ctx, ctxErr(name, ctx)
+	}
+	if h := heldBy(ctx, hk); h != nil {
+		return c.reenterVia(ctx, h, lo)
+	}
+	h := c.ref(holdID{key, r, c.owners.Add(1)}, hk, name)
+	defer c.unref(h)
+	if err := h.enter(ctx); err != nil {
+		return ctx, ctxErr(name, ctx)
+	}
+	defer h.leave()
+
+	h.kind = k
+	h.top = 0
+	h.fixed = lo.lease > 0
+	h.lease = c.opts.watchdogTimeout
+	if h.fixed {
+		h.lease = lo.lease
+	}
+	h.ack = lo.ack
+	called := time.Now()
+	err := c.waitFor(ctx, waitSpec{name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), h: h})
+	if err != nil {
+		if h.queued {
+			c.forget(ctx, h, false)
+		}
+		return ctx, err
+	}
+	c.observeIn(ctx, h, EventAcquired, time.Since(called), nil)
+	c.establish(ctx, h, h.start)
+	c.tieToParent(h)
+	return h.ctx, nil
+}
+
+// reenterVia adds a level to h, the hold ctx carries, with the options lo.
+func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (context.Context, error) {
+	c.refAgain(h)
+	defer c.unref(h)
+	if err := h.enter(ctx); err != nil {
+		return ctx, ctxErr(h.name, ctx)
+	}
+	defer h.leave()
+	if h.levels == 0 || !c.stillHeld(h) {
+		// Released or lost a moment ago: ctx ends with it.
+		if c.isLost(h) {
+			return ctx, lostHold(h)
+		}
+		return ctx, wrap(h.name, ErrReleased)
+	}
+	return c.reenter(ctx, h, lo.lease)
+}
+
+// attempt runs one acquisition attempt of h, with the replica
+// acknowledgement h asks for. An attempt whose outcome is unknown (the call
+// may have been applied and only its reply lost, or the caller gave up while
+// it was under way) is undone, so that a lock nobody knows it holds does not
+// block everyone until its lease ends.
+func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
+	var via redis.Scripter = c.rdb
+	var conn *redis.Conn
+	if h.ack.replicas > 0 {
+		var err error
+		if conn, err = c.conn(ctx, h.id.key); err != nil {
+			return false, 0, c.attemptFailed(ctx, h, err)
+		}
+		defer conn.Close()
+		via = conn
+	}
+	ok, retry, err := h.kind.attempt(ctx, via, h)
+	if err != nil {
+		return false, 0, c.attemptFailed(ctx, h, err)
+	}
+	if ok && conn != nil {
+		if err := c.confirmReplicas(ctx, conn, h.ack); err != nil {
+			c.forget(ctx, h, true)
+			return false, 0, failed(ctx, h.name, err)
+		}
+	}
+	return ok, retry, nil
+}
+
+// attemptFailed handles an attempt that failed with err.
+func (c *Client) attemptFailed(ctx context.Context, h *hold, err error) error {
+	if outcomeUnknown(err) {
+		c.forget(ctx, h, true)
+	}
+	return failed(ctx, h.name, err)
+}
+
+// forget undoes what an acquisition of h that did not complete may have left
+// in Redis, within a second and even if ctx has ended.
+func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if h.queued {
+		c.dog.remove(&h.waiting)
+	}
+	h.kind.undo(rctx, h, acquired)
+	h.queued = false
+}
+
+// inLine records that h's owner has a place in a wait line in Redis, which
+// the watchdog keeps alive with script (the kind's batch script for places in
+// line, given h's keys and args) until the owner acquires or gives up. Each
+// attempt that leaves the owner in line calls it again: the attempt itself
+// renewed the place.
+func (c *Client) inLine(h *hold, script *redis.Script, keys []string, args []any) {
+	if h.waiting.script == nil {
+		channel := h.kind.channel(h)
+		h.waiting = renewal{script: script, keys: keys, args: args, lost: func(string) {
+			// The place was given away: this process stalled for longer
+			// than the watchdog timeout. The next attempt queues again at
+			// the end of the line; make it now.
+			c.deliver(channel)
+		}}
+	}
+	h.queued = true
+	c.dog.add(&h.waiting, time.Now().Add(c.opts.watchdogTimeout))
+}
+
+// establish makes h held after its first acquisition, which was sent at
+// start. The caller then ties it to ctx's end (tieToParent), unless a
+// compound lock releases it with its other locks.
+func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
+	if h.queued {
+		c.dog.remove(&h.waiting)
+		h.queued = false
+	}
+	h.levels = 1
+	h.unsure = false
+	h.ended = false
+	h.begin(ctx, start)
+	c.pin(h)
+	if !h.fixed {
+		if h.renewal.script == nil {
+			// Set once: a renewal round under way may still read them. Every
+			// kind that takes holds of one role on one key renews them alike.
+			h.renewal.script, h.renewal.keys, h.renewal.args = h.kind.renewal(h)
+		}
+		c.dog.add(&h.renewal, start.Add(h.lease))
+	}
+	if c.closed() && c.lose(h) {
+		h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
+	}
+}
+
+// reenter adds a level to h, which ctx holds already. A lease > 0
+// (WithLease) applies to the hold from then on, as in Redisson: the hold is
+// fixed to it, no longer renewed by the watchdog, and its context ends when
+// it runs out, measured from this call. Without one the hold keeps its lease
+// as it is (a fixed one its deadline).
+func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
+	if c.isLost(h) {
+		return ctx, lostHold(h)
+	}
+	if h.retrying {
+		// Its final release failed and is retried in the background: the
+		// owner keeps the lock after all, so the watchdog renews it again.
+		h.retrying = false
+		if !h.fixed {
+			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
+		}
+	}
+	start := time.Now()
+	h.relet = lease
+	ok, err := h.kind.reenter(ctx, h)
+	h.relet = 0
+	if err != nil {
+		// An unknown outcome needs no rollback: the final release removes
+		// the owner whatever count Redis holds.
+		return ctx, failed(ctx, h.name, err)
+	}
+	if !ok {
+		if c.lose(h) {
+			h.end(lostError(h.name, "its hold was gone when it was re-entered"))
+		}
+		return ctx, lostHold(h)
+	}
+	h.levels++
+	if lease > 0 {
+		if !h.fixed {
+			c.dog.remove(&h.renewal)
+		}
+		h.fixed, h.lease = true, lease
+		h.expireAt(start.Add(lease))
+	}
+	return h.levelContext(ctx), nil
+}
+
+// leaseArgs returns a hold's lease for a first acquisition and for a
+// re-entry: the lease the re-entry asks for (WithLease), or else the
+// watchdog's lease, or "0" for a fixed lease, which keeps its deadline.
+func leaseArgs(h *hold) (first, again string) {
+	first = strconv.FormatInt(h.lease.Milliseconds(), 10)
+	switch {
+	case h.relet > 0:
+		return first, strconv.FormatInt(h.relet.Milliseconds(), 10)
+	case h.fixed:
+		return first, "0"
+	}
+	return first, first
+}
+
+// retryAfter turns the PTTL an acquire script reported into how long to wait
+// for an unlock message at most.
+func retryAfter(c *Client, pttl int64) time.Duration {
+	switch {
+	case pttl == -1: // a key without expiry: not written by a lock; look again after a watchdog timeout
+		return c.opts.watchdogTimeout
+	case pttl < 0: // gone meanwhile
+		return 0
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// levelContext returns the context of a re-entry of h made with ctx, which
+// descends from h's context (or from a compound lock's context that ends with
+// it) and so ends with the hold already: it only needs h's token when ctx
+// carries another one.
+func (h *hold) levelContext(ctx context.Context) context.Context {
+	if !h.kind.tokens() {
+		return ctx
+	}
+	if tok, _ := fencing.FromContext(ctx); tok != h.token {
+		ctx = fencing.WithToken(ctx, h.token)
+	}
+	return ctx
+}

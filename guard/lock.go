@@ -82,39 +82,20 @@ func (g *Guard) Lock(template string, opts ...RouteOption) gin.HandlerFunc {
 }
 
 func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
+	if r.session != nil {
+		return g.combineStep(tmpl, r)
+	}
 	var lockOpts []lock.LockOption
 	if r.lease > 0 {
 		lockOpts = append(lockOpts, lock.WithLease(r.lease))
 	}
 	fits := &routeFits{tmpl: tmpl, log: g.log}
 	return func(c *gin.Context, next func()) {
-		switch fit, err := fits.of(c.FullPath()); fit {
-		case fitPass:
-			next()
-			return
-		case fitMismatch:
-			_ = c.Error(err)
-			ginmw.Abort(c, http.StatusInternalServerError, "lock_route_mismatch")
+		key, ok := g.prepareLock(c, fits, tmpl, r, next)
+		if !ok {
 			return
 		}
 		method, routeName := routeOf(c)
-		// The whole body is read before the lock is taken: a client that
-		// sends it slowly must not hold the lock while the handler waits.
-		if err := readBody(c, r); err != nil {
-			if errors.Is(err, ErrBodyTimeout) {
-				g.metrics.rejected.WithLabelValues(method, routeName, "body_timeout").Inc()
-				_ = c.Error(err)
-				ginmw.Abort(c, http.StatusRequestTimeout, "body_timeout")
-				return
-			}
-			g.reject(c, method, routeName, err)
-			return
-		}
-		key, err := tmpl.Resolve(c, r.bodyLimit)
-		if err != nil {
-			g.reject(c, method, routeName, err)
-			return
-		}
 		m := g.locks.Mutex(key)
 		reqCtx := c.Request.Context()
 		start := time.Now()
@@ -161,6 +142,40 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 		next()
 		g.afterHandler(c, ctx, method, routeName)
 	}
+}
+
+// prepareLock does what comes before the lock: it decides whether the
+// route is the template's, reads the body and resolves the key. ok is false
+// when the request was answered (or passed through untouched).
+func (g *Guard) prepareLock(c *gin.Context, fits *routeFits, tmpl *ginmw.Template, r route, next func()) (key string, ok bool) {
+	switch fit, err := fits.of(c.FullPath()); fit {
+	case fitPass:
+		next()
+		return "", false
+	case fitMismatch:
+		_ = c.Error(err)
+		ginmw.Abort(c, http.StatusInternalServerError, "lock_route_mismatch")
+		return "", false
+	}
+	method, routeName := routeOf(c)
+	// The whole body is read before the lock is taken: a client that
+	// sends it slowly must not hold the lock while the handler waits.
+	if err := readBody(c, r); err != nil {
+		if errors.Is(err, ErrBodyTimeout) {
+			g.metrics.rejected.WithLabelValues(method, routeName, "body_timeout").Inc()
+			_ = c.Error(err)
+			ginmw.Abort(c, http.StatusRequestTimeout, "body_timeout")
+			return "", false
+		}
+		g.reject(c, method, routeName, err)
+		return "", false
+	}
+	key, err := tmpl.Resolve(c, r.bodyLimit)
+	if err != nil {
+		g.reject(c, method, routeName, err)
+		return "", false
+	}
+	return key, true
 }
 
 // ErrRouteMismatch is the error of a request on a route that a Lock's

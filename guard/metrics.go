@@ -20,9 +20,11 @@ type metrics struct {
 	redisDown *prometheus.CounterVec
 	wait      *prometheus.HistogramVec
 	hold      *prometheus.HistogramVec
-	idem      *prometheus.CounterVec // one outcome per request
-	records   *prometheus.CounterVec // one outcome per executed request
-	locks     *LockMetrics           // the lock Client's events
+	idem      *prometheus.CounterVec   // one outcome per request
+	records   *prometheus.CounterVec   // one outcome per executed request
+	locks     *LockMetrics             // the lock Client's events
+	batchSize *prometheus.HistogramVec // Combining routes: requests per batch
+	combined  *prometheus.CounterVec   // Combining routes: requests run under another's hold
 
 	seen sync.Map // method + " " + route -> struct{}: series created at zero
 }
@@ -60,6 +62,11 @@ func newMetrics() *metrics {
 		hold:      hist("lock_hold_seconds", "Time the lock was held around the handler."),
 		idem: counter("idempotency_requests_total", "Requests with an idempotency key, by outcome, one per request: executed (the handler ran), "+
 			"replayed (answered from the store), in_progress (the first request still runs), mismatch (the key was used for another request).", "outcome"),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "seckillguard", Name: "batch_size", Help: "Requests per batch on combining routes, one observation per batch (a lone request is a batch of 1).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}, routeLabels),
+		combined: counter("combined_requests_total", "Requests of combining routes run in a batch that another request of the same instance led, under its hold of the lock."),
 		records: counter("idempotency_records_total", "What became of the answers of executed idempotent requests, one per execution: "+
 			"stored (kept for replay), not_stored (too large, or the store failed), dropped (not storable: a 5xx, a lost lock, a panic).", "outcome"),
 	}
@@ -86,7 +93,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem, m.records, m.locks}
+	return []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem, m.records, m.batchSize, m.combined, m.locks}
 }
 
 // touch creates every series of the route at zero, once, so that rates and
@@ -109,6 +116,15 @@ func (m *metrics) touch(method, route string) {
 	for _, o := range recordOutcomes {
 		m.records.WithLabelValues(method, route, o)
 	}
+}
+
+// touchBatch creates the combining series of the route at zero, once.
+func (m *metrics) touchBatch(method, route string) {
+	if _, done := m.seen.LoadOrStore("batch "+method+" "+route, struct{}{}); done {
+		return
+	}
+	m.batchSize.WithLabelValues(method, route)
+	m.combined.WithLabelValues(method, route)
 }
 
 // routeOf returns the label values of c's route.

@@ -71,7 +71,7 @@ const (
 // line), so the mistake stops the service at boot rather than under traffic.
 //
 // Some options configure only one of the two middlewares: Wait, Lease, Busy,
-// BodyTimeout and LongHold the lock; IdempotencyHeader, IdempotencyKey, OptionalKey,
+// BodyTimeout, LongHold, Combining, MaxBatch and MaxBatchTime the lock; IdempotencyHeader, IdempotencyKey, OptionalKey,
 // Scope, Unscoped, UseFingerprint, RecordTTL, WaitForFirst,
 // StoreServerErrors, MaxResponse and ReplayHeaders idempotency. Given to the
 // other middleware such an option would do nothing, so it is refused there
@@ -119,6 +119,13 @@ type route struct {
 	longHold    time.Duration
 	idem        idemConfig
 
+	// Combining: the Session of the batches (nil: no combining), its
+	// bounds, and whether a bound was set (refused without a Session).
+	session      Session
+	maxBatch     int
+	maxBatchTime time.Duration
+	batchOpts    bool
+
 	// building is the middleware whose own options are being applied
 	// (useBoth while defaults are); errs collects refused options.
 	building optionUse
@@ -127,13 +134,15 @@ type route struct {
 
 func defaultRoute() route {
 	return route{
-		wait:        DefaultWait,
-		busyStatus:  http.StatusTooManyRequests,
-		busyCode:    "busy",
-		retryAfter:  DefaultRetryAfter,
-		bodyLimit:   ginmw.DefaultBodyLimit,
-		bodyTimeout: DefaultBodyTimeout,
-		longHold:    DefaultLongHold,
+		wait:         DefaultWait,
+		busyStatus:   http.StatusTooManyRequests,
+		busyCode:     "busy",
+		retryAfter:   DefaultRetryAfter,
+		bodyLimit:    ginmw.DefaultBodyLimit,
+		bodyTimeout:  DefaultBodyTimeout,
+		longHold:     DefaultLongHold,
+		maxBatch:     DefaultMaxBatch,
+		maxBatchTime: DefaultMaxBatchTime,
 		idem: idemConfig{
 			header:      "Idempotency-Key",
 			required:    true,
@@ -150,6 +159,9 @@ func (g *Guard) route(opts []RouteOption, use optionUse) (route, error) {
 	r := defaultRoute()
 	applyOptions(&r, useBoth, g.defaults)
 	applyOptions(&r, use, opts)
+	if r.batchOpts && r.session == nil && use != useIdem {
+		r.errs = append(r.errs, fmt.Errorf("%w: MaxBatch and MaxBatchTime bound the batches of Combining and do nothing without it", ErrBadOption))
+	}
 	return r, errors.Join(r.errs...)
 }
 

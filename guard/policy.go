@@ -153,6 +153,42 @@ func (p *Policies) Unmatched(routes gin.RoutesInfo) []string {
 	return out
 }
 
+// With returns a copy of p in which the route named "METHOD /path" (as in
+// the file) also takes opts, after the file's own: the way to give a route
+// what a file cannot say, such as Combining(gormplugin.Batch(db)). The
+// error names a route p does not have, a route that takes no lock given a
+// lock option, or a refused option.
+func (p *Policies) With(route string, opts ...RouteOption) (*Policies, error) {
+	words := strings.Fields(route)
+	if len(words) != 2 {
+		return nil, fmt.Errorf("guard: %s: With(%q): want \"METHOD /path\"", p.name, route)
+	}
+	for _, o := range opts {
+		if err := checkOption(o); err != nil {
+			return nil, fmt.Errorf("guard: %s: With(%q): %w", p.name, route, err)
+		}
+	}
+	out := &Policies{name: p.name, routes: make([]*RoutePolicy, len(p.routes))}
+	found := false
+	for i, rp := range p.routes {
+		out.routes[i] = rp
+		if rp.Method != words[0] || rp.Path != words[1] {
+			continue
+		}
+		if rp.lock == nil {
+			return nil, fmt.Errorf("guard: %s: With(%q): the route takes no lock (line %d)", p.name, route, rp.Line)
+		}
+		cp := *rp
+		cp.opts = append(append([]RouteOption(nil), rp.opts...), opts...)
+		out.routes[i] = &cp
+		found = true
+	}
+	if !found {
+		return nil, fmt.Errorf("guard: %s: With(%q): no such route in the policies", p.name, route)
+	}
+	return out, nil
+}
+
 // Policies returns router-level middleware (r.Use) that applies p: a request
 // whose route has a policy runs its idempotency and then its lock, in that
 // order, around the rest of the chain; other requests pass untouched. It
@@ -182,6 +218,9 @@ func (g *Guard) Policies(p *Policies) gin.HandlerFunc {
 		}
 		byMethod[rp.Method][rp.Path] = s
 		g.metrics.touch(rp.Method, rp.Path)
+		if r.session != nil {
+			g.metrics.touchBatch(rp.Method, rp.Path)
+		}
 	}
 	return func(c *gin.Context) {
 		if s := byMethod[c.Request.Method][c.FullPath()]; s != nil {

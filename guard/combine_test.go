@@ -1,0 +1,673 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/logger"
+
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/gormplugin"
+	"github.com/seckillguard/seckillguard/guard"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
+)
+
+// waitingLines follows the combining lines through the test hook: wait(key,
+// n) returns once n requests wait in the line of key.
+type waitingLines struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	n    map[string]int
+}
+
+func watchLines(t *testing.T) *waitingLines {
+	w := &waitingLines{n: map[string]int{}}
+	w.cond = sync.NewCond(&w.mu)
+	guard.SetWaitingHook(func(key string, n int) {
+		w.mu.Lock()
+		w.n[key] = n
+		w.mu.Unlock()
+		w.cond.Broadcast()
+	})
+	t.Cleanup(func() { guard.SetWaitingHook(nil) })
+	return w
+}
+
+func (w *waitingLines) wait(t *testing.T, key string, n int) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		w.mu.Lock()
+		for w.n[key] != n {
+			w.cond.Wait()
+		}
+		w.mu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		t.Fatalf("line of %s: %d waiting, want %d", key, w.n[key], n)
+	}
+}
+
+// countSession is a Session without a database: it counts what the
+// Guard asks of it and tells each batch's handlers the batch's number.
+type countSession struct {
+	mu                    sync.Mutex
+	begins, commits, ends int
+	savepoints, undos     int
+	nextBatch             int
+	committed             []int // the numbers of the batches committed
+}
+
+type batchNo struct{}
+
+func (s *countSession) Begin(ctx context.Context) (context.Context, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.begins++
+	s.nextBatch++
+	return context.WithValue(ctx, batchNo{}, s.nextBatch), nil
+}
+
+func (s *countSession) Savepoint(context.Context, string) error {
+	s.mu.Lock()
+	s.savepoints++
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *countSession) RollbackTo(context.Context, string) error {
+	s.mu.Lock()
+	s.undos++
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *countSession) End(ctx context.Context, commit bool) error {
+	s.mu.Lock()
+	s.ends++
+	if commit {
+		s.commits++
+		s.committed = append(s.committed, ctx.Value(batchNo{}).(int))
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *countSession) counts() (begins, commits, ends int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.begins, s.commits, s.ends
+}
+
+// histogram returns the sample count and sum of a histogram series of g.
+func histogram(t *testing.T, g *guard.Guard, name string) (count uint64, sum float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(g.Collector())
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				count += m.GetHistogram().GetSampleCount()
+				sum += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return count, sum
+}
+
+func TestCombine_LoneRequestRunsAtOnce(t *testing.T) {
+	srv := testenv.Redis(t)
+	s := &countSession{}
+	var arrived atomic.Int64 // unix nanos of the request now in flight
+	var delays = map[string][]time.Duration{}
+	var mu sync.Mutex
+	note := func(route string) gin.HandlerFunc {
+		return func(c *gin.Context) {
+			mu.Lock()
+			delays[route] = append(delays[route], time.Since(time.Unix(0, arrived.Load())))
+			mu.Unlock()
+			c.Status(http.StatusNoContent)
+		}
+	}
+	stamp := func(c *gin.Context) { arrived.Store(time.Now().UnixNano()) }
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/lock/:id", stamp, g.Lock("lone-lock:<id>"), note("lock"))
+		r.POST("/combine/:id", stamp, g.Lock("lone-comb:<id>", guard.Combining(s)), note("combine"))
+	})
+	const n = 40
+	for i := range n {
+		// Interleaved, one request at a time: nobody to combine with.
+		for _, route := range []string{"lock", "combine"} {
+			if r := do(t, "POST", in.srv.URL+"/"+route+"/"+strconv.Itoa(i%4), ""); r.status != http.StatusNoContent {
+				t.Fatalf("%s: %d %s", route, r.status, r.body)
+			}
+		}
+	}
+	med := func(ds []time.Duration) time.Duration {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	lockMed, combMed := med(delays["lock"]), med(delays["combine"])
+	t.Logf("from arrival to the handler, median of %d: Lock %v, Combining %v", n, lockMed, combMed)
+	// Same lock, same round trips; the combining step adds a map lookup and
+	// no wait. 2ms of slack for a loaded machine.
+	if combMed > lockMed+2*time.Millisecond {
+		t.Errorf("a lone combining request waits %v before its handler, a Lock request %v: combining added waiting", combMed, lockMed)
+	}
+	if begins, commits, _ := s.counts(); begins != n || commits != n {
+		t.Errorf("%d lone requests: %d batches begun, %d committed; want one each", n, begins, commits)
+	}
+	if count, sum := histogram(t, in.g, "seckillguard_batch_size"); count != n || sum != n {
+		t.Errorf("batch_size: %d batches of %v requests in all; want %d batches of 1", count, sum, n)
+	}
+}
+
+func TestCombine_BatchesAreBoundedBySizeAndTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []guard.RouteOption
+		delay time.Duration // each handler's work
+		most  int           // the largest batch allowed
+	}{
+		{name: "MaxBatch", opts: []guard.RouteOption{guard.MaxBatch(4)}, most: 4},
+		// 20ms per request, 50ms per batch: at most 3 requests (the third
+		// starts before 50ms are up).
+		{name: "MaxBatchTime", opts: []guard.RouteOption{guard.MaxBatchTime(50 * time.Millisecond)}, delay: 20 * time.Millisecond, most: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testenv.Redis(t)
+			lines := watchLines(t)
+			s := &countSession{}
+			gate, started := make(chan struct{}), make(chan struct{})
+			var first atomic.Bool
+			var mu sync.Mutex
+			perBatch := map[int]int{}
+			in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+				r.POST("/buy/:id", g.Lock("bound:<id>", append(tc.opts, guard.Combining(s))...), func(c *gin.Context) {
+					if first.CompareAndSwap(false, true) {
+						close(started)
+						<-gate // the others line up behind the first
+					}
+					time.Sleep(tc.delay)
+					mu.Lock()
+					perBatch[c.Request.Context().Value(batchNo{}).(int)]++
+					mu.Unlock()
+					c.Status(http.StatusCreated)
+				})
+			})
+			const n = 12
+			var wg sync.WaitGroup
+			statuses := make([]int, n)
+			wg.Go(func() { statuses[0] = do(t, "POST", in.srv.URL+"/buy/1", "").status })
+			<-started
+			for i := 1; i < n; i++ {
+				wg.Go(func() { statuses[i] = do(t, "POST", in.srv.URL+"/buy/1", "").status })
+			}
+			lines.wait(t, "bound:1", n-1)
+			close(gate)
+			wg.Wait()
+			for i, st := range statuses {
+				if st != http.StatusCreated {
+					t.Errorf("request %d: %d, want 201", i, st)
+				}
+			}
+			total := 0
+			for b, k := range perBatch {
+				total += k
+				if k > tc.most {
+					t.Errorf("batch %d ran %d requests; the bound allows %d", b, k, tc.most)
+				}
+			}
+			if total != n || len(perBatch) < 2 {
+				t.Errorf("%d requests in %d batches %v; want %d in several", total, len(perBatch), perBatch, n)
+			}
+			if _, combined := histogram(t, in.g, "seckillguard_batch_size"); combined != n {
+				t.Errorf("batch_size sums to %v, want %d", combined, n)
+			}
+		})
+	}
+}
+
+// The tables of the transactional tests.
+type combItem struct {
+	ID    uint
+	SKU   string `gorm:"size:64;uniqueIndex"`
+	Stock int
+	Fence gormplugin.Fence
+}
+
+type combOrder struct {
+	ID      uint
+	User    string  `gorm:"size:64;uniqueIndex:idx_comb_user_sku"`
+	SKU     string  `gorm:"size:64;uniqueIndex:idx_comb_user_sku"`
+	IdemKey *string `gorm:"size:64;uniqueIndex"`
+	Fence   gormplugin.Fence
+}
+
+func openCombDB(t *testing.T) *gorm.DB {
+	t.Helper()
+	db, err := gorm.Open(mysql.Open(testenv.MySQL(t)), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Use(gormplugin.New()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AutoMigrate(&combItem{}, &combOrder{}); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// combBuy is the purchase of the transactional tests, written for one
+// request: lock the row, check the stock, deduct, create the order. In a
+// batch it runs in the batch's transaction, after a savepoint.
+func combBuy(tokens *sync.Map) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ctx := c.Request.Context()
+		tx, ok := gormplugin.Tx(ctx)
+		if !ok {
+			c.String(http.StatusInternalServerError, "not in a batch")
+			return
+		}
+		if tok, ok := guard.Token(c); ok && tokens != nil {
+			tokens.Store(tok, true)
+		}
+		sku, user := c.Param("sku"), c.GetHeader("X-User")
+		if f, ok := c.Get("before"); ok {
+			f.(func(*gin.Context))(c)
+		}
+		var it combItem
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Take(&it).Error; err != nil {
+			_ = c.Error(err)
+			c.String(http.StatusInternalServerError, err.Error())
+			return
+		}
+		if it.Stock <= 0 {
+			c.JSON(http.StatusConflict, gin.H{"error": "sold_out"})
+			return
+		}
+		if err := tx.Model(&combItem{}).Where("sku = ?", sku).Update("stock", it.Stock-1).Error; err != nil {
+			_ = c.Error(err)
+			c.String(http.StatusInternalServerError, err.Error())
+			return
+		}
+		o := combOrder{User: user, SKU: sku}
+		if k, ok := guard.IdempotencyRecord(c); ok {
+			o.IdemKey = &k
+		}
+		if err := tx.Create(&o).Error; err != nil {
+			if errors.Is(err, gormplugin.ErrDuplicate) {
+				c.JSON(http.StatusConflict, gin.H{"error": "already_purchased"})
+				return
+			}
+			_ = c.Error(err)
+			c.String(http.StatusInternalServerError, err.Error())
+			return
+		}
+		c.JSON(http.StatusCreated, gin.H{"order": o.ID, "user": user})
+	}
+}
+
+func TestCombine_BatchMixingNewBuyersRepeatBuyersAndCancelledRequests(t *testing.T) {
+	srv := testenv.Redis(t)
+	db := openCombDB(t)
+	lines := watchLines(t)
+	const stock = 10
+	if err := db.Exec("INSERT INTO comb_items (sku, stock, fence) VALUES ('mix', ?, 0)", stock).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("INSERT INTO comb_orders (user, sku, fence) VALUES ('repeat', 'mix', 0)").Error; err != nil {
+		t.Fatal(err)
+	}
+	gate, started := make(chan struct{}), make(chan struct{})
+	var tokens sync.Map
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", func(c *gin.Context) {
+			if c.GetHeader("X-User") == "leader" {
+				c.Set("before", func(*gin.Context) { close(started); <-gate })
+			}
+		}, g.Lock("mix:<sku>", guard.Combining(gormplugin.Batch(db)), guard.MaxBatchTime(time.Minute)), combBuy(&tokens))
+	})
+	url := in.srv.URL + "/buy/mix"
+	var wg sync.WaitGroup
+	answers := map[string][]reply{}
+	var mu sync.Mutex
+	send := func(user string) {
+		wg.Go(func() {
+			r := do(t, "POST", url, "", "X-User", user)
+			mu.Lock()
+			answers[user] = append(answers[user], r)
+			mu.Unlock()
+		})
+	}
+	send("leader")
+	<-started
+	// The followers: new buyers, a buyer who bought before, and a buyer
+	// who clicks twice (both requests in this batch).
+	users := []string{"new-1", "repeat", "new-2", "twice", "twice", "new-3"}
+	for i, u := range users {
+		send(u)
+		lines.wait(t, "mix:mix", i+1)
+	}
+	// One more that gives up while it waits in line.
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, nil)
+		req.Header.Set("X-User", "gone")
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	lines.wait(t, "mix:mix", len(users)+1)
+	cancel()
+	lines.wait(t, "mix:mix", len(users)) // it left the line
+	<-gone
+	close(gate)
+	wg.Wait()
+
+	want := map[string][]string{
+		"leader": {"201"}, "new-1": {"201"}, "new-2": {"201"}, "new-3": {"201"},
+		"repeat": {"409 already_purchased"}, "twice": {"201", "409 already_purchased"},
+	}
+	for u, ws := range want {
+		var got []string
+		for _, r := range answers[u] {
+			s := strconv.Itoa(r.status)
+			if code := r.errorCode(); code != "" {
+				s += " " + code
+			}
+			got = append(got, s)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, ws) {
+			t.Errorf("%s was answered %v, want %v", u, got, ws)
+		}
+	}
+	var it combItem
+	var orders []combOrder
+	if err := db.Where("sku = 'mix'").Take(&it).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Where("sku = 'mix'").Find(&orders).Error; err != nil {
+		t.Fatal(err)
+	}
+	sold := len(orders) - 1 // the repeat buyer's order was there before
+	if sold != 5 || it.Stock != stock-sold {
+		t.Errorf("after the batch: %d new orders, stock %d of %d; want 5 new orders and stock %d", sold, it.Stock, stock, stock-5)
+	}
+	for _, o := range orders {
+		if o.User == "gone" {
+			t.Errorf("the request that left the line bought: %+v", o)
+		}
+	}
+	// One batch, one hold: one token fenced every write.
+	var toks []fencing.Token
+	tokens.Range(func(k, _ any) bool { toks = append(toks, k.(fencing.Token)); return true })
+	if len(toks) != 1 || it.Fence.Token() != toks[0] {
+		t.Errorf("tokens seen by the handlers %v, row fence %d: want one token, on the row", toks, it.Fence.Token())
+	}
+	if count, sum := histogram(t, in.g, "seckillguard_batch_size"); count != 1 || sum != 7 {
+		t.Errorf("batch_size: %d batches, %v requests; want 1 batch of 7 (the leader and six followers)", count, sum)
+	}
+}
+
+func TestCombine_LostLeaseMidBatchRefusesEveryWriteOfTheBatch(t *testing.T) {
+	srv := testenv.Redis(t)
+	db := openCombDB(t)
+	lines := watchLines(t)
+	if err := db.Exec("INSERT INTO comb_items (sku, stock, fence) VALUES ('lost', 10, 0)").Error; err != nil {
+		t.Fatal(err)
+	}
+	gate, started := make(chan struct{}), make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", func(c *gin.Context) {
+			switch c.GetHeader("X-User") {
+			case "leader":
+				c.Set("before", func(*gin.Context) { close(started); <-gate })
+			case "paused":
+				// A pause longer than the lease, as a GC pause would be:
+				// it does not watch its context.
+				c.Set("before", func(*gin.Context) { time.Sleep(700 * time.Millisecond) })
+			}
+		}, g.Lock("lost:<sku>", guard.Lease(400*time.Millisecond), guard.Combining(gormplugin.Batch(db)), guard.MaxBatchTime(time.Minute)), combBuy(nil))
+	})
+	url := in.srv.URL + "/buy/lost"
+	var wg sync.WaitGroup
+	answers := make(map[string]reply)
+	var mu sync.Mutex
+	send := func(user string) {
+		wg.Go(func() {
+			r := do(t, "POST", url, "", "X-User", user)
+			mu.Lock()
+			answers[user] = r
+			mu.Unlock()
+		})
+	}
+	send("leader")
+	users := []string{"a", "b", "paused", "c"}
+	<-started
+	for i, u := range users {
+		send(u)
+		lines.wait(t, "lost:lost", i+1)
+	}
+	close(gate)
+	wg.Wait()
+	// The batch is the leader and the requests it took before the pause;
+	// c, still in line when the batch failed, runs in the next one under a
+	// hold of its own.
+	for u, r := range answers {
+		if u == "c" {
+			if r.status != http.StatusCreated {
+				t.Errorf("c, in the next batch: %d %s; want 201", r.status, r.body)
+			}
+			continue
+		}
+		if r.status != http.StatusConflict || (r.errorCode() != "lock_lost" && r.errorCode() != "stale_write") {
+			t.Errorf("%s: %d %s; want 409 lock_lost (or stale_write)", u, r.status, r.body)
+		}
+	}
+	var it combItem
+	var n int64
+	if err := db.Where("sku = 'lost'").Take(&it).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Model(&combOrder{}).Where("sku = 'lost'").Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || it.Stock != 9 {
+		t.Errorf("after a batch that lost its lock and one that did not: %d orders, stock %d; want only the second's (1 order, stock 9)", n, it.Stock)
+	}
+}
+
+func TestCombine_LostLockEndsTheBatchUncommitted(t *testing.T) {
+	// Without a database: the Guard itself must stop a batch whose lock is
+	// lost and never ask the Session to commit it.
+	srv := testenv.Redis(t)
+	lines := watchLines(t)
+	s := &countSession{}
+	gate, started := make(chan struct{}), make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/w/:id", g.Lock("uncommitted:<id>", guard.Lease(200*time.Millisecond), guard.Combining(s), guard.MaxBatchTime(time.Minute)), func(c *gin.Context) {
+			switch c.GetHeader("X-User") {
+			case "leader":
+				close(started)
+				<-gate
+			case "paused":
+				time.Sleep(400 * time.Millisecond)
+			}
+			c.Status(http.StatusCreated)
+		})
+	})
+	var wg sync.WaitGroup
+	var statuses sync.Map
+	send := func(user string) {
+		wg.Go(func() { statuses.Store(user, do(t, "POST", in.srv.URL+"/w/1", "", "X-User", user)) })
+	}
+	send("leader")
+	<-started
+	for i, u := range []string{"a", "paused", "b"} {
+		send(u)
+		lines.wait(t, "uncommitted:1", i+1)
+	}
+	close(gate)
+	wg.Wait()
+	statuses.Range(func(u, r any) bool {
+		rr := r.(reply)
+		if u == "b" { // still in line when the batch failed: the next batch's
+			if rr.status != http.StatusCreated {
+				t.Errorf("b: %d %s; want 201 from the next batch", rr.status, rr.body)
+			}
+			return true
+		}
+		if rr.status != http.StatusConflict || rr.errorCode() != "lock_lost" {
+			t.Errorf("%s: %d %s; want 409 lock_lost", u, rr.status, rr.body)
+		}
+		return true
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slices.Contains(s.committed, 1) {
+		t.Errorf("the batch that lost its lock was committed (committed batches %v)", s.committed)
+	}
+}
+
+func TestCombine_EachRequestKeepsItsOwnIdempotencyRecord(t *testing.T) {
+	srv := testenv.Redis(t)
+	db := openCombDB(t)
+	lines := watchLines(t)
+	if err := db.Exec("INSERT INTO comb_items (sku, stock, fence) VALUES ('idem', 10, 0)").Error; err != nil {
+		t.Fatal(err)
+	}
+	gate, started := make(chan struct{}), make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku",
+			func(c *gin.Context) {
+				if c.GetHeader("X-User") == "u0" {
+					c.Set("before", func(*gin.Context) { close(started); <-gate })
+				}
+			},
+			g.Idempotent(guard.Scope("<header:X-User>")),
+			g.Lock("idem:<sku>", guard.Combining(gormplugin.Batch(db)), guard.MaxBatchTime(time.Minute)), combBuy(nil))
+	})
+	url := in.srv.URL + "/buy/idem"
+	const n = 4
+	first := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		u := "u" + strconv.Itoa(i)
+		wg.Go(func() { first[i] = do(t, "POST", url, "", "X-User", u, "Idempotency-Key", "k-"+u) })
+		if i == 0 {
+			<-started
+		} else {
+			lines.wait(t, "idem:idem", i)
+		}
+	}
+	close(gate)
+	wg.Wait()
+	if count, sum := histogram(t, in.g, "seckillguard_batch_size"); count != 1 || sum != n {
+		t.Fatalf("batch_size: %d batches, %v requests; want one batch of %d", count, sum, n)
+	}
+	for i := range n {
+		u := "u" + strconv.Itoa(i)
+		again := do(t, "POST", url, "", "X-User", u, "Idempotency-Key", "k-"+u)
+		if first[i].status != http.StatusCreated || again.status != http.StatusCreated ||
+			again.header.Get(guard.ReplayedHeader) != "true" || string(again.body) != string(first[i].body) {
+			t.Errorf("%s: first %d %s, repeat %d %s (replayed %q); want its own 201 replayed",
+				u, first[i].status, first[i].body, again.status, again.body, again.header.Get(guard.ReplayedHeader))
+		}
+	}
+	var orders int64
+	if err := db.Model(&combOrder{}).Where("sku = 'idem'").Count(&orders).Error; err != nil {
+		t.Fatal(err)
+	}
+	if orders != n {
+		t.Errorf("%d orders, want %d", orders, n)
+	}
+}
+
+func TestCombine_OptionsOutOfPlaceAreRefusedAtRegistration(t *testing.T) {
+	g := guard.New(testenv.Redis(t).Client(), guard.WithLogger(quiet))
+	defer g.Close()
+	for name, register := range map[string]func(){
+		"MaxBatch without Combining":     func() { g.Lock("k:<id>", guard.MaxBatch(4)) },
+		"MaxBatchTime without Combining": func() { g.Lock("k:<id>", guard.MaxBatchTime(time.Second)) },
+		"Combining given to Idempotent":  func() { g.Idempotent(guard.Unscoped(), guard.Combining(&countSession{})) },
+		"Combining(nil)":                 func() { g.Lock("k:<id>", guard.Combining(nil)) },
+		"MaxBatch(0)":                    func() { g.Lock("k:<id>", guard.Combining(&countSession{}), guard.MaxBatch(0)) },
+	} {
+		func() {
+			defer func() {
+				err, _ := recover().(error)
+				if !errors.Is(err, guard.ErrBadOption) {
+					t.Errorf("%s: registration panicked with %v; want ErrBadOption", name, err)
+				}
+			}()
+			register()
+		}()
+	}
+}
+
+func TestPolicies_WithGivesOneRouteWhatTheFileCannotSay(t *testing.T) {
+	pol, err := guard.ParsePolicies("test.yaml", []byte(`
+routes:
+  - route: POST /buy/:sku
+    lock: "with:<sku>"
+  - route: POST /pay
+    idempotency:
+      unscoped: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &countSession{}
+	for route, want := range map[string]string{
+		"POST /nope":    "no such route",
+		"POST /pay":     "takes no lock",
+		"POST/buy/:sku": "want",
+	} {
+		if _, err := pol.With(route, guard.Combining(s)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("With(%q): %v; want an error saying %q", route, err, want)
+		}
+	}
+	with, err := pol.With("POST /buy/:sku", guard.Combining(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newInstance(t, testenv.Redis(t), func(g *guard.Guard, r *gin.Engine) {
+		r.Use(g.Policies(with))
+		r.POST("/buy/:sku", func(c *gin.Context) {
+			_, inBatch := c.Request.Context().Value(batchNo{}).(int)
+			c.JSON(http.StatusOK, gin.H{"batch": inBatch, "key": guard.Key(c)})
+		})
+	})
+	if r := do(t, "POST", in.srv.URL+"/buy/7", ""); r.status != http.StatusOK || string(r.body) != `{"batch":true,"key":"with:7"}` {
+		t.Errorf("a route combining through With: %d %s", r.status, r.body)
+	}
+}

@@ -26,7 +26,13 @@ purge(ARGV[5])
 
 local function extend()
   redis.call('zadd', KEYS[2], now + lease, me)
-  hash_ttl(lease)
+  local least = lease
+  if redis.call('hget', KEYS[1], 'mode') == 'write' then
+    -- A downgrade: the hash's expiry is the writer's lease, which a shorter
+    -- read lease must not cut short.
+    least = math.max(lease, redis.call('pttl', KEYS[1]))
+  end
+  hash_ttl(least)
 end
 
 local held = tonumber(redis.call('hget', KEYS[1], me) or 0)

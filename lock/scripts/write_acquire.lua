@@ -28,7 +28,9 @@ local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
 if expected > 0 then
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  if lease > 0 then redis.call('pexpire', KEYS[1], lease) end
+  -- The new lease applies to the write hold: the owner's read holds (a
+  -- downgrade) keep theirs, so the hash lasts until the longest of them.
+  if lease > 0 then hash_ttl(lease) end
   return {1, 0}
 end
 if held == 1 then

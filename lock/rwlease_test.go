@@ -1,0 +1,97 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// rwStillExcludes checks that another Client can take neither side of rw's
+// lock and that ctx, a hold of it, has not ended.
+func rwStillExcludes(t *testing.T, other *lock.RWMutex, ctx context.Context, what string) {
+	t.Helper()
+	if ctx.Err() != nil {
+		t.Fatalf("%s: the hold's context ended: %v", what, context.Cause(ctx))
+	}
+	bg := context.Background()
+	if rctx, err := other.TryRLock(bg, 0); !errors.Is(err, lock.ErrNotAcquired) {
+		if err == nil {
+			_ = other.RUnlock(rctx)
+		}
+		t.Fatalf("%s: another Client's TryRLock = %v; want ErrNotAcquired", what, err)
+	}
+	if wctx, err := other.TryLock(bg, 0); !errors.Is(err, lock.ErrNotAcquired) {
+		if err == nil {
+			_ = other.Unlock(wctx)
+		}
+		t.Fatalf("%s: another Client's TryLock = %v; want ErrNotAcquired", what, err)
+	}
+}
+
+// A downgrade's read hold with a lease shorter than the write hold's leaves
+// the write hold its own lease: the lock hash they share must not expire
+// with the shorter one while the writer still holds.
+func TestRWMutex_DowngradeWithAShortLeaseKeepsTheWriteLock(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2)
+	name := lockName(t)
+	rw := cs[0].RWMutex(name)
+	wctx, err := rw.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, err := rw.RLock(wctx, lock.WithLease(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // the read lease ran out
+	if rctx.Err() == nil {
+		t.Fatal("the read hold outlived its lease")
+	}
+	rwStillExcludes(t, cs[1].RWMutex(name), wctx, "the write hold after its downgrade's lease ran out")
+	if err := rw.Unlock(wctx); err != nil {
+		t.Fatalf("write Unlock: %v", err)
+	}
+}
+
+// A write re-entry with a lease shorter than a read hold of the owner (a
+// downgrade) applies to the write hold only: the read hold keeps its lease.
+func TestRWMutex_WriteReentryWithAShortLeaseKeepsTheDowngradesReadLock(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2)
+	name := lockName(t)
+	rw := cs[0].RWMutex(name)
+	wctx, err := rw.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, err := rw.RLock(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := rw.Lock(wctx, lock.WithLease(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // the write hold's new lease ran out
+	if w2.Err() == nil {
+		t.Fatal("the write hold outlived the lease its re-entry set")
+	}
+	other := cs[1].RWMutex(name)
+	if rctx.Err() != nil {
+		t.Fatalf("the read hold ended with the write hold's lease: %v", context.Cause(rctx))
+	}
+	if wctx2, err := other.TryLock(context.Background(), 0); !errors.Is(err, lock.ErrNotAcquired) {
+		if err == nil {
+			_ = other.Unlock(wctx2)
+		}
+		t.Fatalf("another Client's TryLock beside a live read hold = %v; want ErrNotAcquired", err)
+	}
+	if err := rw.RUnlock(rctx); err != nil {
+		t.Fatalf("RUnlock: %v", err)
+	}
+}

@@ -326,17 +326,20 @@ func (g *Guard) lead(cb *combiner, l *line, key string, m *member, r route, lock
 	defer closeOnce() // also when the leader panics
 
 	mu := g.locks.Mutex(key)
+	_, endStep := g.step(m.ctx, c, StepLock, key)
 	start := time.Now()
 	hold, err := g.holdFor(m, mu, max(0, r.wait-time.Since(m.arrived)), lockOpts)
 	if err != nil {
 		closeOnce()
-		g.lockFailed(c, r, method, routeName, key, err, func() {
+		g.lockFailed(c, r, method, routeName, key, err, time.Since(start), endStep, func() {
 			// FailOpen: this request alone, in a Session of its own.
 			g.runBatch(cb, l, key, m, r, m.ctx, func() {}, closeOnce, false)
 		})
 		return
 	}
 	heldAt := time.Now()
+	tok, _ := fencing.FromContext(hold)
+	endStep(StepResult{Outcome: OutcomeAcquired, Wait: heldAt.Sub(start), Token: tok})
 	g.metrics.acquired.WithLabelValues(method, routeName).Inc()
 	g.metrics.wait.WithLabelValues(method, routeName).Observe(heldAt.Sub(start).Seconds())
 	unlock := func() {

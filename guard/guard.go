@@ -49,6 +49,7 @@ type Guard struct {
 	render   ginmw.Renderer // nil: ginmw's default
 	defaults []RouteOption
 	metrics  *metrics
+	hook     StepHook // nil: none
 }
 
 // New returns a Guard on rdb (a single-node, Sentinel failover or Cluster
@@ -80,6 +81,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		render:   o.render,
 		defaults: o.defaults,
 		metrics:  m,
+		hook:     o.hook,
 	}
 }
 

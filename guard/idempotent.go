@@ -189,16 +189,23 @@ var (
 // Every Idempotent route needs Scope or Unscoped; Idempotent panics at
 // registration otherwise.
 func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
-	return g.handler(g.idempotentStep(g.mustRoute(opts, useIdem)))
+	return g.handler(g.idempotentStep(g.mustRoute(opts, useIdem), false))
 }
 
-func (g *Guard) idempotentStep(r route) step {
+// idempotentStep returns the idempotency step of route r. inner says that
+// the step's next is another step of the Guard's (Policies' lock), which
+// reports StepHandler itself.
+func (g *Guard) idempotentStep(r route, inner bool) step {
 	ic := r.idem
 	mustf(ic.scope != nil || ic.unscoped,
 		"Idempotent needs guard.Scope(\"<ctx:user_id>\") (whose keys these are) or guard.Unscoped()")
 	return func(c *gin.Context, next func()) {
 		method, routeName := routeOf(c)
 		idem := g.metrics.idem
+		run := next // the rest of the chain, holding the key
+		if !inner && g.hook != nil {
+			run = func() { g.runHandler(c, next) }
+		}
 		key, ok, err := ic.key(c, r.bodyLimit)
 		if err != nil {
 			g.rejectIdem(c, method, routeName, err)
@@ -232,9 +239,10 @@ func (g *Guard) idempotentStep(r route) step {
 		c.Set(idemFPName, fp)
 
 		// One round trip for a replay.
-		raw, err := g.rdb.Get(c.Request.Context(), recKey).Result()
+		bg, endBegin := g.step(c.Request.Context(), c, StepIdempotencyBegin, "")
+		raw, err := g.rdb.Get(bg, recKey).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			g.idemUnavailable(c, r, method, routeName, err, next)
+			g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
 			return
 		}
 		rec, markerFP, err := decodeRecord(raw)
@@ -242,6 +250,7 @@ func (g *Guard) idempotentStep(r route) step {
 			g.log.ErrorContext(c.Request.Context(), "guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
 		}
 		if rec != nil {
+			endBegin(StepResult{Outcome: OutcomeReplay})
 			g.replay(c, rec, fp, method, routeName)
 			return
 		}
@@ -256,22 +265,27 @@ func (g *Guard) idempotentStep(r route) step {
 		// token (the handler's writes keep the token of the lock that
 		// protects them, if any) and leaves no token counter behind.
 		sem := g.locks.Semaphore(recordPrefix+"{"+id+"}", 1)
+		claimed := time.Now()
 		ctx, err := sem.TryAcquire(c.Request.Context(), wait)
+		waited := time.Since(claimed)
 		switch {
 		case err != nil && c.Request.Context().Err() != nil:
+			endBegin(StepResult{Outcome: OutcomeCancelled, Wait: waited, Err: err})
 			c.AbortWithStatus(StatusClientClosedRequest)
 			return
 		case errors.Is(err, lock.ErrNotAcquired):
 			if markerFP != "" && markerFP != fp {
+				endBegin(StepResult{Outcome: OutcomeMismatch, Wait: waited, Err: err})
 				idem.WithLabelValues(method, routeName, "mismatch").Inc()
 				ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
 				return
 			}
+			endBegin(StepResult{Outcome: OutcomeInProgress, Wait: waited, Err: err})
 			idem.WithLabelValues(method, routeName, "in_progress").Inc()
 			ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
 			return
 		case err != nil:
-			g.idemUnavailable(c, r, method, routeName, err, next)
+			g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
 			return
 		}
 		defer func() {
@@ -282,18 +296,20 @@ func (g *Guard) idempotentStep(r route) step {
 
 		bctx := context.WithoutCancel(ctx)
 		marker := "p" + fp + ":" + nonce()
-		res, err := beginScript.Run(bctx, g.rdb, []string{recKey}, marker, ic.ttl.Milliseconds()).Text()
+		res, err := beginScript.Run(context.WithoutCancel(bg), g.rdb, []string{recKey}, marker, ic.ttl.Milliseconds()).Text()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			g.idemUnavailable(c, r, method, routeName, err, next)
+			g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
 			return
 		}
 		if res != "" {
 			// Completed while this request waited for the key.
 			if rec, _, err := decodeRecord(res); err == nil && rec != nil {
+				endBegin(StepResult{Outcome: OutcomeReplay, Wait: waited})
 				g.replay(c, rec, fp, method, routeName)
 				return
 			}
 		}
+		endBegin(StepResult{Outcome: OutcomeExecute, Wait: waited})
 
 		idem.WithLabelValues(method, routeName, "executed").Inc()
 		rcd := ginmw.Record(c, ic.maxResponse)
@@ -303,11 +319,13 @@ func (g *Guard) idempotentStep(r route) step {
 		defer func() {
 			c.Request = orig
 			if !done { // the handler panicked: a retry must run again
-				g.dropRecord(bctx, recKey, marker, routeName)
+				fctx, endFinish := g.step(bctx, c, StepIdempotencyFinish, "")
+				g.dropRecord(fctx, recKey, marker, routeName)
 				g.metrics.records.WithLabelValues(method, routeName, "dropped").Inc()
+				endFinish(StepResult{Outcome: OutcomeDropped})
 			}
 		}()
-		next()
+		run()
 		done = true
 		g.finish(bctx, c, ctx, ic, rcd, recKey, marker, fp, method, routeName)
 	}
@@ -350,18 +368,27 @@ func (g *Guard) rejectIdem(c *gin.Context, method, routeName string, err error) 
 	ginmw.Abort(c, http.StatusBadRequest, "idempotency_key_invalid", ginmw.Extra("detail", err.Error()))
 }
 
-func (g *Guard) idemUnavailable(c *gin.Context, r route, method, routeName string, err error, next func()) {
+// idemUnavailable answers a request whose record or key Redis did not
+// give; endBegin ends its StepIdempotencyBegin, which waited wait for the key.
+func (g *Guard) idemUnavailable(c *gin.Context, r route, method, routeName string, err error, endBegin func(StepResult), wait time.Duration, next func()) {
+	res := StepResult{Wait: wait, Err: err}
 	if c.Request.Context().Err() != nil {
 		// The client went away during the call: Redis is not to blame.
+		res.Outcome = OutcomeCancelled
+		endBegin(res)
 		c.AbortWithStatus(StatusClientClosedRequest)
 		return
 	}
 	if r.failOpen {
+		res.Outcome = OutcomeFailOpen
+		endBegin(res)
 		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
 		g.log.WarnContext(c.Request.Context(), "guard: idempotency unavailable; the route fails open and runs unguarded", "route", routeName, "err", err)
 		next()
 		return
 	}
+	res.Outcome = OutcomeUnavailable
+	endBegin(res)
 	g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
 	g.log.ErrorContext(c.Request.Context(), "guard: idempotency unavailable", "route", routeName, "err", err)
 	_ = c.Error(err)
@@ -371,11 +398,14 @@ func (g *Guard) idemUnavailable(c *gin.Context, r route, method, routeName strin
 // replay answers with a stored response, or 422 when it was stored for a
 // different request.
 func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string) {
+	_, end := g.step(c.Request.Context(), c, StepIdempotencyReplay, "")
 	if rec.Fingerprint != fp {
 		g.metrics.idem.WithLabelValues(method, routeName, "mismatch").Inc()
 		ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
+		end(StepResult{Outcome: OutcomeMismatch, Status: http.StatusUnprocessableEntity})
 		return
 	}
+	defer func() { end(StepResult{Outcome: OutcomeReplayed, Status: c.Writer.Status()}) }()
 	g.metrics.idem.WithLabelValues(method, routeName, "replayed").Inc()
 	resp := rec.response()
 	if resp.Header == nil {
@@ -393,9 +423,13 @@ func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string
 // the key ran out (a newer execution may have the key by now). Either is
 // done only while the marker is still this execution's.
 func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, marker, fp, method, routeName string) {
+	ctx, endStep := g.step(ctx, c, StepIdempotencyFinish, "")
+	res := StepResult{Outcome: OutcomeStored}
+	defer func() { endStep(res) }()
 	idem := g.metrics.records
 	resp, err := rcd.Response(ic.replayHeaders...)
 	if err != nil {
+		res = StepResult{Outcome: OutcomeNotStored, Err: err}
 		g.log.WarnContext(ctx, "guard: response not stored for idempotent replay; a retry runs the request again",
 			"route", routeName, "reason", err)
 		g.dropRecord(ctx, recKey, marker, routeName)
@@ -403,6 +437,7 @@ func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context
 		return
 	}
 	if c.GetBool(frameworkName) || !storable(resp.Status, ic) || c.GetBool(unrepeatableName) || Lost(held) {
+		res.Outcome = OutcomeDropped
 		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "dropped").Inc()
 		return
@@ -414,10 +449,12 @@ func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context
 	}
 	switch {
 	case err != nil:
+		res = StepResult{Outcome: OutcomeNotStored, Err: err}
 		g.log.ErrorContext(ctx, "guard: storing an idempotent response failed; a retry runs the request again", "route", routeName, "err", err)
 		g.dropRecord(ctx, recKey, marker, routeName)
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 	case stored == 0:
+		res.Outcome = OutcomeNotStored
 		g.log.WarnContext(ctx, "guard: response not stored: a newer execution took the idempotency key", "route", routeName)
 		idem.WithLabelValues(method, routeName, "not_stored").Inc()
 	default:

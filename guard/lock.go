@@ -98,13 +98,16 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 		method, routeName := routeOf(c)
 		m := g.locks.Mutex(key)
 		reqCtx := c.Request.Context()
+		_, endStep := g.step(reqCtx, c, StepLock, key)
 		start := time.Now()
 		ctx, err := m.TryLock(reqCtx, r.wait, lockOpts...)
 		if err != nil {
-			g.lockFailed(c, r, method, routeName, key, err, next)
+			g.lockFailed(c, r, method, routeName, key, err, time.Since(start), endStep, next)
 			return
 		}
 		heldAt := time.Now()
+		tok, _ := fencing.FromContext(ctx)
+		endStep(StepResult{Outcome: OutcomeAcquired, Wait: heldAt.Sub(start), Token: tok})
 		g.metrics.acquired.WithLabelValues(method, routeName).Inc()
 		g.metrics.wait.WithLabelValues(method, routeName).Observe(heldAt.Sub(start).Seconds())
 
@@ -139,7 +142,7 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 					"route", routeName, "key", key, "held", held, "threshold", r.longHold)
 			}
 		}()
-		next()
+		g.runHandler(c, next)
 		g.afterHandler(c, ctx, method, routeName)
 	}
 }
@@ -274,25 +277,37 @@ func readBody(c *gin.Context, r route) error {
 }
 
 // lockFailed answers a request whose lock was not acquired.
-func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key string, err error, next func()) {
+// endStep ends its StepLock, which took wait.
+func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key string, err error, wait time.Duration, endStep func(StepResult), next func()) {
+	res := StepResult{Wait: wait, Err: err}
 	switch {
 	case c.Request.Context().Err() != nil:
 		// The client gave up while waiting; nobody reads this answer.
+		res.Outcome = OutcomeCancelled
+		endStep(res)
 		answeredByFramework(c)
 		c.AbortWithStatus(StatusClientClosedRequest)
 	case errors.Is(err, lock.ErrNotAcquired):
+		res.Outcome = OutcomeBusy
+		endStep(res)
 		answeredByFramework(c)
 		g.metrics.busy.WithLabelValues(method, routeName).Inc()
 		ginmw.Abort(c, r.busyStatus, r.busyCode, ginmw.RetryAfter(r.retryAfter))
 	case errors.Is(err, lock.ErrInvalid):
+		res.Outcome = OutcomeInvalid
+		endStep(res)
 		answeredByFramework(c)
 		g.log.ErrorContext(c.Request.Context(), "guard: the lock refused the request's key or the Guard's configuration", "route", routeName, "key", key, "err", err)
 		ginmw.AbortError(c, err)
 	case r.failOpen:
+		res.Outcome = OutcomeFailOpen
+		endStep(res)
 		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
 		g.log.WarnContext(c.Request.Context(), "guard: lock unavailable; the route fails open and runs unprotected", "route", routeName, "key", key, "err", err)
-		next()
+		g.runHandler(c, next)
 	default:
+		res.Outcome = OutcomeUnavailable
+		endStep(res)
 		answeredByFramework(c)
 		g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
 		g.log.ErrorContext(c.Request.Context(), "guard: lock unavailable", "route", routeName, "key", key, "err", err)
@@ -304,13 +319,7 @@ func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key strin
 // afterHandler answers 409 for a handler that hit a stale write or lost its
 // lock and wrote nothing itself, and counts stale writes.
 func (g *Guard) afterHandler(c *gin.Context, ctx context.Context, method, routeName string) {
-	stale := false
-	for _, e := range c.Errors {
-		if errors.Is(e.Err, fencing.ErrStale) {
-			stale = true
-			break
-		}
-	}
+	stale := staleError(c) != nil
 	if stale {
 		g.metrics.stale.WithLabelValues(method, routeName).Inc()
 	}
@@ -328,6 +337,17 @@ func (g *Guard) afterHandler(c *gin.Context, ctx context.Context, method, routeN
 	case Lost(ctx):
 		ginmw.Abort(c, http.StatusConflict, "lock_lost")
 	}
+}
+
+// staleError returns the first error the handler reported with c.Error that
+// matches fencing.ErrStale, or nil.
+func staleError(c *gin.Context) error {
+	for _, e := range c.Errors {
+		if errors.Is(e.Err, fencing.ErrStale) {
+			return e.Err
+		}
+	}
+	return nil
 }
 
 // reject answers a request that cannot be guarded (bad key field, body).

@@ -19,6 +19,7 @@ type options struct {
 	render   ginmw.Renderer
 	lockOpts []lock.Option
 	defaults []RouteOption
+	hook     StepHook
 }
 
 // WithLogger sets where the Guard logs lost locks, long holds, unstored

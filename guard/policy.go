@@ -203,7 +203,7 @@ func (g *Guard) Policies(p *Policies) gin.HandlerFunc {
 			s = g.lockStep(rp.lock, r)
 		}
 		if rp.idem {
-			is := g.idempotentStep(r)
+			is := g.idempotentStep(r, s != nil)
 			if inner := s; inner != nil {
 				s = func(c *gin.Context, next func()) { is(c, func() { inner(c, next) }) }
 			} else {

@@ -28,8 +28,8 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 	if h := heldBy(ctx, hk); h != nil {
 		return c.reenterVia(ctx, h, lo)
 	}
-	h := c.ref(holdID{key, r, c.owners.Add(1)}, hk, name)
-	defer c.unref(h)
+	h := c.holds.ref(c, holdID{key, r, c.owners.Add(1)}, hk, name)
+	defer c.holds.unref(h)
 	if err := h.enter(ctx); err != nil {
 		return ctx, ctxErr(name, ctx)
 	}
@@ -53,21 +53,21 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 	}
 	c.observeIn(ctx, h, EventAcquired, time.Since(called), nil)
 	c.establish(ctx, h, h.start)
-	c.tieToParent(h)
+	h.tieToParent()
 	return h.ctx, nil
 }
 
 // reenterVia adds a level to h, the hold ctx carries, with the options lo.
 func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (context.Context, error) {
-	c.refAgain(h)
-	defer c.unref(h)
+	c.holds.refAgain(h)
+	defer c.holds.unref(h)
 	if err := h.enter(ctx); err != nil {
 		return ctx, ctxErr(h.name, ctx)
 	}
 	defer h.leave()
-	if h.levels == 0 || !c.stillHeld(h) {
+	if h.levels == 0 || !c.holds.stillHeld(h) {
 		// Released or lost a moment ago: ctx ends with it.
-		if c.isLost(h) {
+		if c.holds.isLost(h) {
 			return ctx, lostHold(h)
 		}
 		return ctx, wrap(h.name, ErrReleased)
@@ -155,7 +155,7 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	h.unsure = false
 	h.ended = false
 	h.begin(ctx, start)
-	c.pin(h)
+	c.holds.pin(h)
 	if !h.fixed {
 		if h.renewal.script == nil {
 			// Set once: a renewal round under way may still read them. Every
@@ -164,7 +164,7 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 		}
 		c.dog.add(&h.renewal, start.Add(h.lease))
 	}
-	if c.closed() && c.lose(h) {
+	if c.closed() && c.holds.lose(h) {
 		h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
 	}
 }
@@ -175,7 +175,7 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 // it runs out, measured from this call. Without one the hold keeps its lease
 // as it is (a fixed one its deadline).
 func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
-	if c.isLost(h) {
+	if c.holds.isLost(h) {
 		return ctx, lostHold(h)
 	}
 	if h.retrying {
@@ -196,7 +196,7 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 		return ctx, failed(ctx, h.name, err)
 	}
 	if !ok {
-		if c.lose(h) {
+		if c.holds.lose(h) {
 			h.end(lostError(h.name, "its hold was gone when it was re-entered"))
 		}
 		return ctx, lostHold(h)

@@ -59,8 +59,7 @@ type Client struct {
 
 	owners atomic.Int64 // the last owner id handed out
 
-	mu    sync.Mutex
-	holds map[holdID]*hold
+	holds holdTable // every hold of the Client, by id
 
 	qmu    sync.Mutex
 	queues map[string]*waitQueue    // by unlock channel
@@ -89,7 +88,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		id:      uuid.NewString(),
 		publish: "publish",
 		opts:    defaultClientOptions(),
-		holds:   make(map[holdID]*hold),
+		holds:   newHoldTable(),
 		queues:  make(map[string]*waitQueue),
 		relays:  make(map[string]map[relay]int),
 	}
@@ -145,14 +144,8 @@ func (c *Client) Close() error {
 		c.bgmu.Unlock()
 		c.end()
 		c.subs.close()
-		c.mu.Lock()
-		held := make([]*hold, 0, len(c.holds))
-		for _, h := range c.holds {
-			held = append(held, h)
-		}
-		c.mu.Unlock()
-		for _, h := range held {
-			if c.lose(h) {
+		for _, h := range c.holds.held() {
+			if c.holds.lose(h) {
 				h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
 			}
 		}

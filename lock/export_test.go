@@ -6,18 +6,16 @@ import "fmt"
 // operation in progress uses. The model test (model_test.go) requires 0
 // once everything it took has been released.
 func HoldsOf(c *Client) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.holds)
+	return c.holds.size()
 }
 
 // DescribeHolds describes the holds c keeps registered, for a test's
 // failure message.
 func DescribeHolds(c *Client) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.holds.mu.Lock()
+	defer c.holds.mu.Unlock()
 	var out []string
-	for id, h := range c.holds {
+	for id, h := range c.holds.m {
 		out = append(out, fmt.Sprintf("%s role %d owner %d: refs %d pinned %v lost %v kind %T",
 			id.key, id.role, id.owner, h.refs, h.pinned, h.lost, h.kind))
 	}

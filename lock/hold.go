@@ -104,7 +104,7 @@ type hold struct {
 
 	reported atomic.Bool // its end was told to the Observer
 
-	// Guarded by c.mu.
+	// Guarded by the Client's holdTable.
 	refs     int  // operations in progress on this hold
 	pinned   bool // held: stays registered until released or lost
 	lost     bool
@@ -115,37 +115,10 @@ type hold struct {
 	waiting renewal // how the watchdog keeps the owner's place in a wait line alive
 }
 
-// ref returns the hold id, creating it when there is none, and counts the
-// caller as using it until unref. hk is the context key that carries it.
-func (c *Client) ref(id holdID, hk any, name string) *hold {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h := c.holds[id]
-	if h == nil {
-		h = &hold{c: c, id: id, hk: hk, name: name, field: c.field(id.owner), sem: make(chan struct{}, 1)}
-		if id.role == writer {
-			h.field += ":write"
-		}
-		h.fieldArg = []any{h.field}
-		h.renewal.owner = h
-		c.holds[id] = h
-	}
-	h.refs++
-	return h
-}
-
-// refAgain counts the caller as using h, a hold it knows already, until
-// unref; h may have been forgotten by the Client meanwhile.
-func (c *Client) refAgain(h *hold) {
-	c.mu.Lock()
-	h.refs++
-	c.mu.Unlock()
-}
-
 // renewalLost is how the watchdog reports that h's lock is lost: h is
 // forgotten and its context ends with cause ErrLost.
 func (h *hold) renewalLost(why string) {
-	if h.c.lose(h) {
+	if h.c.holds.lose(h) {
 		h.c.opts.logger.WarnContext(h.logContext(context.Background()), "lock: a hold was lost; its context ends with ErrLost",
 			"lock", h.name, "why", why)
 		h.end(lostError(h.name, why))
@@ -180,68 +153,10 @@ func (h *hold) abandon() {
 // heldVia returns the hold ctx carries under hk when it is still held, or
 // nil.
 func (c *Client) heldVia(ctx context.Context, hk any) *hold {
-	if h := heldBy(ctx, hk); h != nil && c.stillHeld(h) {
+	if h := heldBy(ctx, hk); h != nil && c.holds.stillHeld(h) {
 		return h
 	}
 	return nil
-}
-
-// unref ends one use of h; an unused hold that is not held is forgotten.
-func (c *Client) unref(h *hold) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h.refs--
-	if h.refs == 0 && !h.pinned && c.holds[h.id] == h {
-		delete(c.holds, h.id)
-	}
-}
-
-// pin records that h is held.
-func (c *Client) pin(h *hold) {
-	c.mu.Lock()
-	h.pinned = true
-	c.mu.Unlock()
-}
-
-// unpin records that h was released.
-func (c *Client) unpin(h *hold) {
-	c.mu.Lock()
-	h.pinned = false
-	if h.refs == 0 && c.holds[h.id] == h {
-		delete(c.holds, h.id) // released by releaseLater, after its Unlock let go of it
-	}
-	c.mu.Unlock()
-}
-
-// lose records that h was lost and forgets it, so that the owner's next Lock
-// starts afresh. It reports whether h was held until now; the caller then
-// cancels h's context.
-func (c *Client) lose(h *hold) bool {
-	c.dog.remove(&h.renewal)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !h.pinned {
-		return false
-	}
-	h.pinned, h.lost = false, true
-	if c.holds[h.id] == h {
-		delete(c.holds, h.id)
-	}
-	return true
-}
-
-// stillHeld reports whether h is held: neither released nor lost.
-func (c *Client) stillHeld(h *hold) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return h.pinned
-}
-
-// isLost reports whether h was lost.
-func (c *Client) isLost(h *hold) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return h.lost
 }
 
 // enter waits for h's semaphore or for ctx to end.
@@ -274,57 +189,6 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 		hctx = fencing.WithToken(hctx, h.token)
 	}
 	h.ctx = hctx
-}
-
-// expireAt makes h's context end with cause ErrLost at t, when its fixed
-// lease runs out, instead of whenever it was to end before.
-func (h *hold) expireAt(t time.Time) {
-	lease := h.lease
-	timer := time.AfterFunc(time.Until(t), func() {
-		h.cancel(lostError(h.name, "its lease of "+lease.String()+" ran out"))
-	})
-	h.c.mu.Lock()
-	old := h.expiry
-	h.expiry = timer
-	h.c.mu.Unlock()
-	if old != nil {
-		old.Stop()
-	}
-}
-
-// end cancels h's context with cause.
-func (h *hold) end(cause error) {
-	h.c.ended(h, cause)
-	h.cancel(cause)
-	h.c.mu.Lock()
-	stop, expiry := h.stopLife, h.expiry
-	h.stopLife, h.expiry = nil, nil
-	h.c.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	if expiry != nil {
-		expiry.Stop()
-	}
-}
-
-// tieToParent makes h end with the context it was taken with: when that
-// context ends, h is released as if its final Unlock had come (see
-// parentEnded). It costs no goroutine while h is held, and nothing for a
-// context that never ends.
-func (c *Client) tieToParent(h *hold) {
-	if h.parent.Done() == nil {
-		return
-	}
-	stop := context.AfterFunc(h.parent, h.parentEnded)
-	c.mu.Lock()
-	if h.pinned {
-		h.stopLife, stop = stop, nil
-	}
-	c.mu.Unlock()
-	if stop != nil { // lost or released meanwhile
-		stop()
-	}
 }
 
 // heldKey is the context key under which a hold's context, and every context

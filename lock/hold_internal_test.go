@@ -56,9 +56,7 @@ func TestHold_ReleasedInTheBackgroundIsForgotten(t *testing.T) {
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		c.mu.Lock()
-		n := len(c.holds)
-		c.mu.Unlock()
+		n := c.holds.size()
 		if n == 0 && ctx.Err() != nil {
 			if locked, _ := m.IsLocked(context.Background()); locked {
 				t.Fatal("released in the background, yet still locked")

@@ -195,18 +195,18 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	carried := make([]bool, len(ml.locks))
 	for i, m := range ml.locks {
 		if h := heldBy(ctx, m.hk); h != nil {
-			c.refAgain(h)
+			c.holds.refAgain(h)
 			holds[i], carried[i] = h, true
 			continue
 		}
 		if owner == 0 {
 			owner = c.owners.Add(1)
 		}
-		holds[i] = c.ref(holdID{m.key, exclusive, owner}, m.hk, m.name)
+		holds[i] = c.holds.ref(c, holdID{m.key, exclusive, owner}, m.hk, m.name)
 	}
 	defer func() {
 		for _, h := range holds {
-			c.unref(h)
+			c.holds.unref(h)
 		}
 	}()
 	// The semaphores are taken in the global order too: two MultiLocks of
@@ -225,9 +225,9 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 		}
 	}()
 	for i, h := range holds {
-		if carried[i] && (h.levels == 0 || !c.stillHeld(h)) {
+		if carried[i] && (h.levels == 0 || !c.holds.stillHeld(h)) {
 			// Released or lost a moment ago: ctx ends with it.
-			if c.isLost(h) {
+			if c.holds.isLost(h) {
 				return ctx, lostHold(h)
 			}
 			return ctx, wrap(h.name, ErrReleased)
@@ -324,7 +324,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 
 	for _, h := range holds {
 		if fresh[h] {
-			c.tieToParent(h)
+			h.tieToParent()
 		} else {
 			h.levels++
 			// The lock's counter is at the MultiLock's token now, above
@@ -385,7 +385,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 		case -1:
 			if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
 				h := gh[vals[2]-1]
-				if c.lose(h) {
+				if c.holds.lose(h) {
 					h.end(lostError(h.name, "its hold was gone when a MultiLock re-entered it"))
 				}
 				return false, 0, 0, lostHold(h)
@@ -555,13 +555,13 @@ func (ml *MultiLock) enter(ctx context.Context, holds []*hold, carried []bool, t
 func (ml *MultiLock) parentEnded(mh *multiHold) {
 	c := ml.c
 	for _, h := range mh.holds {
-		c.refAgain(h)
+		c.holds.refAgain(h)
 		_ = h.enter(context.Background())
 	}
 	defer func() {
 		for _, h := range mh.holds {
 			h.leave()
-			c.unref(h)
+			c.holds.unref(h)
 		}
 	}()
 	ml.endWithParent(mh)
@@ -581,11 +581,11 @@ func (ml *MultiLock) endWithParent(mh *multiHold) {
 	for i, h := range mh.holds {
 		// Each carried hold has n levels of this acquisition: every one of
 		// them goes.
-		for k := n; k > 0 && mh.carried[i] && h.levels > 0 && c.stillHeld(h); k-- {
+		for k := n; k > 0 && mh.carried[i] && h.levels > 0 && c.holds.stillHeld(h); k-- {
 			ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
 			err := c.releaseLevel(ctx, h)
 			cancel()
-			if err != nil && !errors.Is(err, ErrLost) && h.levels > 1 && c.stillHeld(h) {
+			if err != nil && !errors.Is(err, ErrLost) && h.levels > 1 && c.holds.stillHeld(h) {
 				// Nobody calls again for this level: let go of it here. Its
 				// count in Redis may stay one above, which is harmless: the
 				// final release removes the owner whatever the count (and a
@@ -626,11 +626,11 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	}
 	holds := mh.holds
 	for _, h := range holds {
-		c.refAgain(h)
+		c.holds.refAgain(h)
 	}
 	defer func() {
 		for _, h := range holds {
-			c.unref(h)
+			c.holds.unref(h)
 		}
 	}()
 	for _, h := range holds {
@@ -668,12 +668,12 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 			if mh.done[m.key] {
 				continue
 			}
-			if h.levels == 0 && !c.isLost(h) && errors.Is(context.Cause(h.ctx), errReleasedLater) {
+			if h.levels == 0 && !c.holds.isLost(h) && errors.Is(context.Cause(h.ctx), errReleasedLater) {
 				// An earlier Unlock failed on it and the retry in the
 				// background released it since.
 				continue
 			}
-			if h.levels == 0 || c.isLost(h) {
+			if h.levels == 0 || c.holds.isLost(h) {
 				errs = append(errs, wrap(h.name, ErrLost))
 				continue
 			}

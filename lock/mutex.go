@@ -279,7 +279,7 @@ func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, 
 		return 0, nil
 	}
 	n, err := c.rdb.HGet(ctx, key, h.field).Int()
-	if errors.Is(err, redis.Nil) || err != nil && !c.stillHeld(h) {
+	if errors.Is(err, redis.Nil) || err != nil && !c.holds.stillHeld(h) {
 		// Not held in Redis, or released or lost while asking: the lock
 		// context, which ended then, may have cancelled the call.
 		return 0, nil

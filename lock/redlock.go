@@ -243,16 +243,16 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 	holds := make([]*hold, len(r.clients))
 	carried := make([]bool, len(r.clients))
 	for i, c := range r.clients {
-		if h := heldBy(ctx, r.nodes[i].hk); h != nil && c.stillHeld(h) {
-			c.refAgain(h)
+		if h := heldBy(ctx, r.nodes[i].hk); h != nil && c.holds.stillHeld(h) {
+			c.holds.refAgain(h)
 			holds[i], carried[i] = h, true
 			continue
 		}
-		holds[i] = c.ref(holdID{r.nodes[i].key, exclusive, c.owners.Add(1)}, r.nodes[i].hk, r.name)
+		holds[i] = c.holds.ref(c, holdID{r.nodes[i].key, exclusive, c.owners.Add(1)}, r.nodes[i].hk, r.name)
 	}
 	defer func() {
 		for i, h := range holds {
-			r.clients[i].unref(h)
+			r.clients[i].holds.unref(h)
 		}
 	}()
 	for n, i := range r.order {
@@ -325,7 +325,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 				// A node this owner held is gone: its hold is lost, and
 				// the node counts as refused. Trying again at once would
 				// find it gone again: the wait is for the other nodes.
-				if h := holds[i]; r.clients[i].lose(h) {
+				if h := holds[i]; r.clients[i].holds.lose(h) {
 					h.end(lostError(h.name, "its hold was gone when a RedLock re-entered it"))
 				}
 			}
@@ -412,7 +412,7 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 		h.lease = r.nodeLease(i, lo)
 		h.token, h.top = token, 0
 		r.clients[i].establish(base, h, start)
-		r.clients[i].tieToParent(h)
+		h.tieToParent()
 	}
 	for i, h := range rh.nodes {
 		if h == nil {
@@ -459,15 +459,15 @@ func (r *RedLock) parentEnded(rh *redHold) {
 			continue
 		}
 		c := r.clients[i]
-		c.refAgain(h)
+		c.holds.refAgain(h)
 		_ = h.enter(context.Background())
-		if c.stillHeld(h) {
+		if c.holds.stillHeld(h) {
 			ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
 			_ = c.releaseLevel(ctx, h)
 			cancel()
 		}
 		h.leave()
-		c.unref(h)
+		c.holds.unref(h)
 	}
 	for _, stop := range rh.stops {
 		stop()
@@ -595,7 +595,7 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 			err := c.releaseLevel(rctx, h)
 			if err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrNotHeld) {
 				// Unreachable: stop renewing it; it expires with its lease.
-				if c.lose(h) {
+				if c.holds.lose(h) {
 					h.end(wrap(r.name, ErrReleased))
 				}
 				c.opts.logger.WarnContext(ctx, "lock: could not release a RedLock node; it expires with its lease",

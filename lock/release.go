@@ -13,11 +13,11 @@ import (
 // with the parent's cause already; an Unlock that comes later returns nil.
 func (h *hold) parentEnded() {
 	c := h.c
-	c.refAgain(h)
-	defer c.unref(h)
+	c.holds.refAgain(h)
+	defer c.holds.unref(h)
 	_ = h.enter(context.Background())
 	defer h.leave()
-	if h.levels == 0 || !c.stillHeld(h) {
+	if h.levels == 0 || !c.holds.stillHeld(h) {
 		return
 	}
 	h.ended = true
@@ -51,15 +51,15 @@ func (c *Client) unlock(ctx context.Context, hk any, name string) error {
 		}
 		return wrap(name, ErrNotHeld)
 	}
-	c.refAgain(h)
-	defer c.unref(h)
+	c.holds.refAgain(h)
+	defer c.holds.unref(h)
 	_ = h.enter(context.Background())
 	defer h.leave()
-	if !c.stillHeld(h) {
+	if !c.holds.stillHeld(h) {
 		switch cause := context.Cause(h.ctx); {
 		case h.ended:
 			return nil // released when the context it was taken with ended
-		case c.isLost(h):
+		case c.holds.isLost(h):
 			return lostHold(h)
 		case errors.Is(cause, errReleasedLater):
 			return nil // the retry of an Unlock that failed, completed meanwhile
@@ -71,7 +71,7 @@ func (c *Client) unlock(ctx context.Context, hk any, name string) error {
 
 // releaseLevel releases one level of h, whose semaphore the caller holds.
 func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
-	if c.isLost(h) {
+	if c.holds.isLost(h) {
 		return lostHold(h)
 	}
 	if h.levels == 0 {
@@ -154,7 +154,7 @@ func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
 		}
 		return nil
 	}
-	if c.lose(h) {
+	if c.holds.lose(h) {
 		h.end(lostError(h.name, "it was not held any more when it was unlocked"))
 	}
 	return lostHold(h)
@@ -176,9 +176,9 @@ func (c *Client) releaseLater(h *hold, until time.Time) {
 			cancel()
 			continue
 		}
-		done := h.levels != 1 || !c.stillHeld(h)
+		done := h.levels != 1 || !c.holds.stillHeld(h)
 		if !done && !time.Now().Before(until) {
-			if c.lose(h) {
+			if c.holds.lose(h) {
 				h.end(lostError(h.name, "its release failed and its lease ran out"))
 			}
 			done = true
@@ -192,7 +192,7 @@ func (c *Client) releaseLater(h *hold, until time.Time) {
 				c.releasedWith(h, errReleasedLater)
 				done = true
 			default:
-				if c.lose(h) {
+				if c.holds.lose(h) {
 					h.end(lostError(h.name, "it was not held any more when it was unlocked"))
 				}
 				done = true
@@ -221,6 +221,6 @@ func (c *Client) releasedWith(h *hold, cause error) {
 	h.levels = 0
 	h.unsure = false
 	c.dog.remove(&h.renewal)
-	c.unpin(h)
+	c.holds.unpin(h)
 	h.end(wrap(h.name, cause))
 }

@@ -1,0 +1,181 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A holdTable is a Client's registry of holds: which holds exist, which are
+// in use by an operation, which are held, which were lost. It owns the
+// fields of every hold that change outside the hold's semaphore (refs,
+// pinned, lost, stopLife, expiry); h.sem serialises the operations on one
+// hold, the watchdog owns its renewals and the wait queues (Client.qmu) its
+// waiters.
+//
+// A hold is registered while an operation uses it (ref … unref) or while it
+// is held (pin … unpin or lose): the next acquisition of the same lock by
+// the same owner finds it, and Close finds every hold still held.
+type holdTable struct {
+	mu sync.Mutex
+	m  map[holdID]*hold
+}
+
+func newHoldTable() holdTable { return holdTable{m: make(map[holdID]*hold)} }
+
+// ref returns the hold id of c, creating it when there is none, and counts
+// the caller as using it until unref. hk is the context key that carries it.
+func (t *holdTable) ref(c *Client, id holdID, hk any, name string) *hold {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.m[id]
+	if h == nil {
+		h = &hold{c: c, id: id, hk: hk, name: name, field: c.field(id.owner), sem: make(chan struct{}, 1)}
+		if id.role == writer {
+			h.field += ":write"
+		}
+		h.fieldArg = []any{h.field}
+		h.renewal.owner = h
+		t.m[id] = h
+	}
+	h.refs++
+	return h
+}
+
+// refAgain counts the caller as using h, a hold it knows already, until
+// unref; h may have been forgotten by the table meanwhile.
+func (t *holdTable) refAgain(h *hold) {
+	t.mu.Lock()
+	h.refs++
+	t.mu.Unlock()
+}
+
+// unref ends one use of h; an unused hold that is not held is forgotten.
+func (t *holdTable) unref(h *hold) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h.refs--
+	if h.refs == 0 && !h.pinned && t.m[h.id] == h {
+		delete(t.m, h.id)
+	}
+}
+
+// pin records that h is held.
+func (t *holdTable) pin(h *hold) {
+	t.mu.Lock()
+	h.pinned = true
+	t.mu.Unlock()
+}
+
+// unpin records that h was released.
+func (t *holdTable) unpin(h *hold) {
+	t.mu.Lock()
+	h.pinned = false
+	if h.refs == 0 && t.m[h.id] == h {
+		delete(t.m, h.id) // released by releaseLater, after its Unlock let go of it
+	}
+	t.mu.Unlock()
+}
+
+// lose records that h was lost and forgets it, so that the owner's next Lock
+// starts afresh; the watchdog stops renewing it. It reports whether h was
+// held until now; the caller then cancels h's context.
+func (t *holdTable) lose(h *hold) bool {
+	h.c.dog.remove(&h.renewal)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !h.pinned {
+		return false
+	}
+	h.pinned, h.lost = false, true
+	if t.m[h.id] == h {
+		delete(t.m, h.id)
+	}
+	return true
+}
+
+// stillHeld reports whether h is held: neither released nor lost.
+func (t *holdTable) stillHeld(h *hold) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return h.pinned
+}
+
+// isLost reports whether h was lost.
+func (t *holdTable) isLost(h *hold) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return h.lost
+}
+
+// held returns every hold registered now.
+func (t *holdTable) held() []*hold {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*hold, 0, len(t.m))
+	for _, h := range t.m {
+		out = append(out, h)
+	}
+	return out
+}
+
+// size returns how many holds are registered.
+func (t *holdTable) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// expireAt makes h's context end with cause ErrLost at t, when its fixed
+// lease runs out, instead of whenever it was to end before.
+func (h *hold) expireAt(at time.Time) {
+	lease := h.lease
+	timer := time.AfterFunc(time.Until(at), func() {
+		h.cancel(lostError(h.name, "its lease of "+lease.String()+" ran out"))
+	})
+	t := &h.c.holds
+	t.mu.Lock()
+	old := h.expiry
+	h.expiry = timer
+	t.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+}
+
+// end cancels h's context with cause.
+func (h *hold) end(cause error) {
+	h.c.ended(h, cause)
+	h.cancel(cause)
+	t := &h.c.holds
+	t.mu.Lock()
+	stop, expiry := h.stopLife, h.expiry
+	h.stopLife, h.expiry = nil, nil
+	t.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if expiry != nil {
+		expiry.Stop()
+	}
+}
+
+// tieToParent makes h end with the context it was taken with: when that
+// context ends, h is released as if its final Unlock had come (see
+// parentEnded). It costs no goroutine while h is held, and nothing for a
+// context that never ends.
+func (h *hold) tieToParent() {
+	if h.parent.Done() == nil {
+		return
+	}
+	stop := context.AfterFunc(h.parent, h.parentEnded)
+	t := &h.c.holds
+	t.mu.Lock()
+	if h.pinned {
+		h.stopLife, stop = stop, nil
+	}
+	t.mu.Unlock()
+	if stop != nil { // lost or released meanwhile
+		stop()
+	}
+}

@@ -15,7 +15,7 @@ var (
 	// ErrNotAcquired is returned by TryLock when the lock is still held by
 	// another owner after the wait. It is never returned for a caller whose
 	// context ended: that caller gets the context's error.
-	ErrNotAcquired = errors.New("lock: not acquired")
+	ErrNotAcquired error = &refusal{"lock: not acquired"}
 
 	// ErrNotHeld is returned by Unlock when the context does not hold the lock.
 	ErrNotHeld = errors.New("lock: not held")
@@ -31,29 +31,29 @@ var (
 	ErrReleased = errors.New("lock: released")
 
 	// ErrClosed is returned by every operation of a closed Client.
-	ErrClosed = errors.New("lock: client closed")
+	ErrClosed error = &refusal{"lock: client closed"}
 
 	// ErrUpgrade is returned by RWMutex.Lock when the context holds the read
 	// lock: waiting for the write lock would wait for itself. Release the
 	// read lock first (or take the write lock first and the read lock
 	// under it, which is allowed).
-	ErrUpgrade = errors.New("lock: read lock held; upgrade to the write lock would deadlock")
+	ErrUpgrade error = &refusal{"lock: read lock held; upgrade to the write lock would deadlock"}
 
 	// ErrNotReplicated is returned when an acquisition made with replica
 	// acknowledgement (WithReplicaAck, WithReplicas) was confirmed by fewer
 	// replicas than required within the timeout. The acquisition has been
 	// undone.
-	ErrNotReplicated = errors.New("lock: not confirmed by enough replicas")
+	ErrNotReplicated error = &refusal{"lock: not confirmed by enough replicas"}
 
 	// ErrNoQuorum is returned by a RedLock when fewer than a majority of its
 	// nodes could be reached, and is the cause of a RedLock context whose
 	// majority was lost (it then wraps ErrLost too).
-	ErrNoQuorum = errors.New("lock: no quorum")
+	ErrNoQuorum error = &refusal{"lock: no quorum"}
 
 	// ErrInvalid reports bad input: a nil Redis client or context, an empty
 	// or malformed lock name, a negative wait, a lease or timeout that is not
 	// positive.
-	ErrInvalid = errors.New("lock: invalid argument")
+	ErrInvalid error = &refusal{"lock: invalid argument"}
 )
 
 // wrap adds the lock name to err: `lock "sku:42": lock: not acquired`.
@@ -114,7 +114,7 @@ func lostError(name, why string) error {
 
 // outcomeUnknown reports whether a command that failed with err may have been
 // executed: anything but an error reply from the server, a connection that
-// was never obtained, or a refusal of this package.
+// was never obtained, or a refusal of this package (see refusal).
 func outcomeUnknown(err error) bool {
 	var reply redis.Error
 	if errors.As(err, &reply) {
@@ -124,10 +124,19 @@ func outcomeUnknown(err error) bool {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return false
 	}
-	for _, e := range []error{ErrInvalid, ErrUpgrade, ErrNotReplicated, ErrNoQuorum, ErrNotAcquired, ErrClosed} {
-		if errors.Is(err, e) {
-			return false
-		}
+	var no *refusal
+	if errors.As(err, &no) {
+		return false
 	}
 	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout)
 }
+
+// A refusal is a sentinel error of this package that means the operation
+// was not carried out: bad input, a closed Client, a wait that ran out, too
+// few replicas or nodes (whose acquisition was undone). An error that wraps
+// one leaves nothing behind in Redis that needs undoing, so outcomeUnknown
+// answers false for it. ErrLost and ErrReleased are not refusals: they
+// report what happened to a hold.
+type refusal struct{ msg string }
+
+func (e *refusal) Error() string { return e.msg }

@@ -18,8 +18,6 @@ import (
 // lengths it reports are the whole ones.
 const InspectLimit = 1000
 
-var inspectScript = loadScript("inspect.lua")
-
 // A Kind names the layout a lock name has in Redis.
 type Kind string
 

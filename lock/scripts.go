@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"embed"
-	"regexp"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -11,24 +10,23 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// loadScript returns the embedded script name with the libraries libs in
-// front of it, and in front of them lib.lua when they use it.
+// loadScript returns the embedded script name assembled with the libraries
+// libs: their text in front of the script's, in the order given, so that
+// the script is still one EVALSHA. Each script below names every library it
+// uses; nothing is added to it that it does not name (a library it does not
+// call costs Lua the building of its helpers on every call). A library name
+// that is not embedded panics when the package loads.
+//
+// Redis reports the line of a script error counting from the first line of
+// the assembled text, libraries included: subtract their lengths to find the
+// line in the script's own file.
 func loadScript(name string, libs ...string) *redis.Script {
 	src := ""
 	for _, f := range append(libs, name) {
 		src += embeddedScript(f) + "\n"
 	}
-	if usesLib.MatchString(src) {
-		src = embeddedScript("lib.lua") + "\n" + src
-	}
 	return redis.NewScript(src)
 }
-
-// usesLib matches a script that calls a helper of lib.lua or reads the
-// server's clock (lib.lua makes that safe on every server). A script that
-// does neither goes without lib.lua: Lua would build its helpers on every
-// call for nothing.
-var usesLib = regexp.MustCompile(`\b(now_us|now_ms|issue_token|raise_token)\s*\(|redis\.call\(\s*['"]time['"]`)
 
 // embeddedScript returns the text of scripts/name.
 func embeddedScript(name string) string {
@@ -39,32 +37,38 @@ func embeddedScript(name string) string {
 	return string(b)
 }
 
+// The scripts, each with the libraries it is assembled with. lib.lua (the
+// clock, fencing tokens, the replication mode) comes first wherever it is
+// used; fairlib.lua and rwlib.lua hold what the scripts of one kind share
+// and use lib.lua's clock.
 var (
-	acquireScript     = loadScript("acquire.lua")
+	acquireScript     = loadScript("acquire.lua", "lib.lua")
 	releaseScript     = loadScript("release.lua")
 	renewScript       = loadScript("renew.lua")
 	forceUnlockScript = loadScript("forceunlock.lua")
-	transferScript    = loadScript("transfer.lua")
-	raiseTokenScript  = loadScript("raise_token.lua")
-	waitingScript     = loadScript("waiting.lua")
+	transferScript    = loadScript("transfer.lua", "lib.lua")
+	raiseTokenScript  = loadScript("raise_token.lua", "lib.lua")
+	waitingScript     = loadScript("waiting.lua", "lib.lua")
 
-	fairAcquireScript = loadScript("fair_acquire.lua", "fairlib.lua")
-	fairReleaseScript = loadScript("fair_release.lua", "fairlib.lua")
-	fairLeaveScript   = loadScript("fair_leave.lua", "fairlib.lua")
+	fairAcquireScript = loadScript("fair_acquire.lua", "lib.lua", "fairlib.lua")
+	fairReleaseScript = loadScript("fair_release.lua", "lib.lua", "fairlib.lua")
+	fairLeaveScript   = loadScript("fair_leave.lua", "lib.lua", "fairlib.lua")
 
-	readAcquireScript  = loadScript("read_acquire.lua", "rwlib.lua")
-	readReleaseScript  = loadScript("read_release.lua", "rwlib.lua")
-	readRenewScript    = loadScript("read_renew.lua")
-	writeAcquireScript = loadScript("write_acquire.lua", "rwlib.lua")
-	writeReleaseScript = loadScript("write_release.lua", "rwlib.lua")
-	writeLeaveScript   = loadScript("write_leave.lua", "rwlib.lua")
+	readAcquireScript  = loadScript("read_acquire.lua", "lib.lua", "rwlib.lua")
+	readReleaseScript  = loadScript("read_release.lua", "lib.lua", "rwlib.lua", "rwrelease.lua")
+	readRenewScript    = loadScript("read_renew.lua", "lib.lua")
+	writeAcquireScript = loadScript("write_acquire.lua", "lib.lua", "rwlib.lua")
+	writeReleaseScript = loadScript("write_release.lua", "lib.lua", "rwlib.lua", "rwrelease.lua")
+	writeLeaveScript   = loadScript("write_leave.lua", "lib.lua", "rwlib.lua")
 
-	multiAcquireScript = loadScript("multi_acquire.lua")
+	multiAcquireScript = loadScript("multi_acquire.lua", "lib.lua")
 	multiReleaseScript = loadScript("multi_release.lua")
 
-	permitAcquireScript = loadScript("permit_acquire.lua")
+	permitAcquireScript = loadScript("permit_acquire.lua", "lib.lua")
 	permitReleaseScript = loadScript("permit_release.lua")
-	permitRenewScript   = loadScript("permit_renew.lua")
+	permitRenewScript   = loadScript("permit_renew.lua", "lib.lua")
+
+	inspectScript = loadScript("inspect.lua", "lib.lua")
 )
 
 // run sends s with EVALSHA. A server that does not know the script (restarted,

@@ -1,7 +1,7 @@
 -- lib.lua: helpers shared by the scripts of this package. scripts.go puts
--- this text in front of each script that uses it (or reads TIME) when it
--- loads it, so every script is still one EVALSHA; the helpers are plain Lua
--- 5.1 locals.
+-- this text in front of each script that names it there (every script that
+-- calls a helper below or reads TIME), so every script is still one
+-- EVALSHA; the helpers are plain Lua 5.1 locals.
 --
 -- Scripts read the server's clock (TIME) before writing, which is safe only
 -- when a script's effects are replicated rather than the script. Redis 7

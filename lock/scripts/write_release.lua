@@ -7,26 +7,16 @@
 -- ARGV[2]     the write hold count the owner believes it has before this call
 -- ARGV[3]     the publish command: "publish", or "spublish" on Redis Cluster
 --
--- Resent calls are harmless as in release.lua.
+-- Resent calls are harmless as in release.lua (see rwrelease.lua).
 --
 -- Returns the write hold count left (0 = released), or -1 when the owner has
 -- no write hold.
 local me = ARGV[1]
-local expected = tonumber(ARGV[2])
-local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
-
-if held == 0 then
-  purge(ARGV[3])
-  return -1
-end
-if expected > 1 and held == expected - 1 then
-  return held
-end
-if expected > 1 and held > 1 then
-  return redis.call('hincrby', KEYS[1], me, -1)
+local left = release_level(me, tonumber(ARGV[2]), ARGV[3])
+if left then
+  return left
 end
 
-redis.call('hdel', KEYS[1], me)
 purge(ARGV[3])
 if redis.call('hlen', KEYS[1]) <= 1 then
   redis.call('del', KEYS[1], KEYS[2])

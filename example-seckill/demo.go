@@ -81,7 +81,7 @@ func parseDemo(args []string, stderr io.Writer) (*demoConfig, error) {
 	fs.DurationVar(&dc.duration, "duration", 30*time.Second, "longest a sale may run; clicks not sent by then are dropped")
 	fs.IntVar(&dc.concurrency, "concurrency", 64, "requests in flight at once")
 	fs.Float64Var(&dc.repeat, "repeat", 0.2, "fraction of buyers who click twice (two requests at once, one Idempotency-Key)")
-	modes := fs.String("modes", "none,local,guard,guard-lease", "the sales to run, in order")
+	modes := fs.String("modes", "none,local,guard,guard-lease,guard-combine", "the sales to run, in order")
 	fs.BoolVar(&dc.verbose, "v", false, "also print each mode's answers")
 	fs.BoolVar(&dc.json, "json", false, "print the results as one JSON document on stdout (the settings and progress go to stderr)")
 	dc.register(fs, knobs{holdDelay: 20 * time.Millisecond, holdRate: 0.2, watchdog: lock.DefaultWatchdogTimeout})

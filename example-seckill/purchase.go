@@ -91,10 +91,9 @@ func (s *Service) buy(c *gin.Context) {
 		err = take(db)
 	}
 	if err == nil {
-		// gormplugin.Transaction rather than db.Transaction: a COMMIT whose
-		// answer was lost is reported as such, not as a driver error (or,
-		// with the lock lost meanwhile, as a refusal).
-		err = gormplugin.Transaction(db, func(tx *gorm.DB) error {
+		// s.transaction: gormplugin.Transaction, or the batch's transaction
+		// in mode guard-combine (see combine.go).
+		err = s.transaction(ctx, db, func(tx *gorm.DB) error {
 			if fenced {
 				if err := take(readForUpdate(tx)); err != nil {
 					return err

@@ -32,7 +32,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		defAddr = defaultAddr
 	}
 	addr := fs.String("addr", defAddr, "listen address (host:port; port 0 picks a free one; \":8080\" listens on every interface)")
-	modeName := fs.String("mode", string(ModeGuard), "none, local, guard or guard-lease (see the demo)")
+	modeName := fs.String("mode", string(ModeGuard), "none, local, guard, guard-lease or guard-combine (see the demo)")
 	var k knobs
 	k.register(fs, knobs{holdRate: 1, watchdog: lock.DefaultWatchdogTimeout, lease: 5 * time.Second})
 	if err := fs.Parse(args); err != nil {

@@ -40,9 +40,14 @@ const (
 	// watchdog: a pause longer than the lease loses the lock, and the
 	// backstop must refuse the late writes.
 	ModeGuardLease Mode = "guard-lease"
+	// ModeGuardCombine is ModeGuard with the purchases of one instance
+	// combined (guard.Combining): those that queue behind the holder of a
+	// SKU's lock run in the holder's batch, one transaction and one commit
+	// per hold (see combine.go).
+	ModeGuardCombine Mode = "guard-combine"
 )
 
-var allModes = []Mode{ModeNone, ModeLocal, ModeGuard, ModeGuardLease}
+var allModes = []Mode{ModeNone, ModeLocal, ModeGuard, ModeGuardLease, ModeGuardCombine}
 
 func parseMode(s string) (Mode, error) {
 	for _, m := range allModes {
@@ -50,11 +55,11 @@ func parseMode(s string) (Mode, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("unknown mode %q: want none, local, guard or guard-lease", s)
+	return "", fmt.Errorf("unknown mode %q: want none, local, guard, guard-lease or guard-combine", s)
 }
 
 // guarded reports whether m uses seckillguard.
-func (m Mode) guarded() bool { return m == ModeGuard || m == ModeGuardLease }
+func (m Mode) guarded() bool { return m == ModeGuard || m == ModeGuardLease || m == ModeGuardCombine }
 
 // Config configures one instance of the service.
 type Config struct {
@@ -165,11 +170,19 @@ func NewService(cfg Config, rdb redis.UniversalClient, db *gorm.DB) (*Service, e
 		s.reg.MustRegister(s.guard.Collector())
 	}
 
+	pol := cfg.Policies
+	if cfg.Mode == ModeGuardCombine {
+		var err error
+		if pol, err = combining(pol, db); err != nil {
+			s.guard.Close()
+			return nil, err
+		}
+	}
 	r := gin.New()
 	r.Use(gin.Recovery(), s.identify, s.admit)
 	if s.guard != nil {
 		// Idempotency, then the lock, for every route the file names.
-		r.Use(s.guard.Policies(cfg.Policies))
+		r.Use(s.guard.Policies(pol))
 	}
 	r.GET(routeHealth, s.health)
 	r.HEAD(routeHealth, s.health)

@@ -69,18 +69,9 @@ var modelMixes = map[string]bool{
 	"rollback": true, // the token counter rolled back (while below the Redis clock)
 	"restart":  true, // Redis restarted, its data gone (single Redis only)
 	"long":     true, // work longer than the watchdog's period, so renewals matter
-	// Re-entries with a fixed lease, which applies to the hold from then on.
-	// Off: with them a hold can keep a level its Unlocks do not account
-	// for (HoldCount 1 after the final Unlock, or the Client keeping the
-	// hold registered as held with Redis empty); seed 1989269075190916591
-	// shows it in most 10s runs.
-	"release": false,
-	// A MultiLock over names the goroutine holds already. Off: in runs of
-	// minutes with it, a Mutex hold re-entered by MultiLocks kept a level
-	// its Unlocks did not account for (HoldCount 1 or 2 after the final
-	// Unlock, the Client keeping the hold as held, and waiters hanging).
-	"multire": false,
-	"red":     true, // RedLocks over three more Redis servers, from two sets of Clients (single Redis only)
+	"release":  true, // re-entries with a fixed lease, which applies to the hold from then on
+	"multire":  true, // MultiLocks over names the goroutine holds already
+	"red":      true, // RedLocks over three more Redis servers, from two sets of Clients (single Redis only)
 }
 
 func modelMixNames() []string {

@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -75,4 +76,87 @@ func TestReentry_MultiLockOverHeldMutexReleasesEveryLevel(t *testing.T) {
 		}
 	}
 	eventually(t, time.Second, "the Client forgets every hold", func() bool { return lock.HoldsOf(c) == 0 })
+}
+
+// The same with fixed leases (WithLease): a MultiLock over held Mutexes, its
+// context ended, must leave no level behind, or the hold it kept stays
+// registered in the Client as held long after its lease emptied Redis.
+func TestReentry_WithLeaseUnderAMultiLockLeavesNothingBehind(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	name := lockName(t)
+	ml := c.MultiLock(name+":a", name+":b")
+	order := ml.Names() // the order the MultiLock takes them in
+	// The hold taken first, with the request's context, is the one the
+	// MultiLock comes to last; the other ends with it.
+	first, second := c.Mutex(order[1]), c.Mutex(order[0])
+	lease := lock.WithLease(400 * time.Millisecond)
+	ctx1, err := first.Lock(context.Background(), lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, err := second.Lock(ctx1, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, cancel := context.WithCancel(ctx2)
+	mctx, err := ml.Lock(call, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	eventually(t, time.Second, "the MultiLock's context ended", func() bool { return mctx.Err() != nil })
+	time.Sleep(50 * time.Millisecond) // its levels are released in the background
+	if err := second.Unlock(ctx2); err != nil {
+		t.Fatalf("%s: Unlock: %v", second.Name(), err)
+	}
+	if err := first.Unlock(ctx1); err != nil {
+		t.Fatalf("%s: Unlock: %v", first.Name(), err)
+	}
+	time.Sleep(600 * time.Millisecond) // past every lease
+	if n := lock.HoldsOf(c); n != 0 {
+		t.Fatalf("after every Unlock and past every lease the Client keeps %d hold(s) %v; want none", n, lock.DescribeHolds(c))
+	}
+}
+
+// A re-entry WithLease fixes the hold to the new lease; Unlocks before it
+// runs out release every level, and after it has run out they answer
+// ErrLost and leave nothing behind either.
+func TestReentry_WithLeaseReleasesEveryLevel(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	m := c.Mutex(lockName(t))
+	bg := context.Background()
+	for _, runOut := range []bool{false, true} {
+		ctx, err := m.Lock(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, err := m.Lock(ctx, lock.WithLease(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runOut {
+			time.Sleep(400 * time.Millisecond)
+			if !errors.Is(context.Cause(ctx), lock.ErrLost) {
+				t.Fatalf("the hold's context after its lease ran out: %v; want ErrLost", context.Cause(ctx))
+			}
+		}
+		errR, errO := m.Unlock(rctx), m.Unlock(ctx)
+		if runOut && (!errors.Is(errR, lock.ErrLost) || !errors.Is(errO, lock.ErrLost)) {
+			t.Fatalf("Unlocks after the lease ran out: %v, %v; want ErrLost", errR, errO)
+		}
+		if !runOut && (errR != nil || errO != nil) {
+			t.Fatalf("Unlocks: %v, %v", errR, errO)
+		}
+		if n, err := m.HoldCount(ctx); n != 0 || err != nil {
+			t.Fatalf("HoldCount after the final Unlock = %d, %v; want 0", n, err)
+		}
+		if ok, _ := m.IsLocked(bg); ok {
+			t.Fatal("still locked after the final Unlock")
+		}
+		if n := lock.HoldsOf(c); n != 0 {
+			t.Fatalf("the Client keeps %d hold(s) %v; want none", n, lock.DescribeHolds(c))
+		}
+	}
 }

@@ -81,7 +81,7 @@ func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (conte
 // it was under way) is undone, so that a lock nobody knows it holds does not
 // block everyone until its lease ends.
 func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
-	var via redis.Scripter = c.rdb
+	var via processor = c.rdb
 	var conn *redis.Conn
 	if h.ack.replicas > 0 {
 		var err error
@@ -129,7 +129,7 @@ func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
 // line, given h's keys and args) until the owner acquires or gives up. Each
 // attempt that leaves the owner in line calls it again: the attempt itself
 // renewed the place.
-func (c *Client) inLine(h *hold, script *redis.Script, keys []string, args []any) {
+func (c *Client) inLine(h *hold, script *script, keys []string, args []any) {
 	if h.waiting.script == nil {
 		channel := h.kind.channel(h)
 		h.waiting = renewal{script: script, keys: keys, args: args, lost: func(string) {

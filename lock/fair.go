@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
@@ -123,11 +122,11 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 
 // The FairMutex is the kind of the holds it takes.
 
-func (f *FairMutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+func (f *FairMutex) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	c := f.m.c
 	lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
 	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := fairAcquireScript.Run(ctx, via, f.keys, lease, h.field, 0, timeout, c.publish, c.tokenTTL).Int64Slice()
+	vals, err := fairAcquireScript.run(ctx, via, f.keys, lease, h.field, 0, timeout, c.publish, c.tokenTTL).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -175,7 +174,7 @@ func (f *FairMutex) undo(ctx context.Context, h *hold, acquired bool) {
 	}
 }
 
-func (f *FairMutex) renewal(h *hold) (*redis.Script, []string, []any) {
+func (f *FairMutex) renewal(h *hold) (*script, []string, []any) {
 	return f.m.renewal(h)
 }
 

@@ -2,11 +2,11 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
@@ -45,7 +45,7 @@ type kind interface {
 	// through via. On success it sets h.token (for kinds that issue tokens)
 	// and reports true; otherwise it reports how long to wait for a wake-up
 	// at most before trying again.
-	attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error)
+	attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error)
 	// reenter adds a level to h in Redis. It reports false when Redis no
 	// longer has the hold.
 	reenter(ctx context.Context, h *hold) (bool, error)
@@ -58,7 +58,7 @@ type kind interface {
 	undo(ctx context.Context, h *hold, acquired bool)
 	// renewal returns the watchdog's batch script for holds of this kind and
 	// h's keys and arguments for it.
-	renewal(h *hold) (*redis.Script, []string, []any)
+	renewal(h *hold) (*script, []string, []any)
 	// channel is where the unlock messages that concern h are published.
 	channel(h *hold) string
 	// shared reports whether several owners may hold the lock at once: a
@@ -77,6 +77,7 @@ type hold struct {
 	name     string // as the caller wrote it, for errors
 	field    string // the owner's field or member in Redis
 	fieldArg []any  // {field}: field boxed once, for the script arguments of every call and the renewal's list
+	fieldBox [1]any // fieldArg's array: one allocation less per hold
 
 	// sem serialises the acquisitions and releases of this hold, so that the
 	// hold count sent to Redis is always the one this process last saw.
@@ -103,6 +104,11 @@ type hold struct {
 	cancel context.CancelCauseFunc
 
 	reported atomic.Bool // its end was told to the Observer
+
+	// Parts of ctx and of its cause kept in the hold, so that an
+	// acquisition allocates them with the hold: each is set once.
+	carrier  holdContext
+	released nameError
 
 	// Guarded by the Client's holdTable.
 	refs     int  // operations in progress on this hold
@@ -184,11 +190,42 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 	if h.fixed {
 		h.expireAt(start.Add(h.lease))
 	}
-	hctx = context.WithValue(hctx, h.hk, h)
+	if h.carrier.h == nil {
+		h.carrier = holdContext{hctx, h}
+		hctx = &h.carrier
+	} else {
+		hctx = &holdContext{hctx, h}
+	}
 	if h.kind.tokens() {
 		hctx = fencing.WithToken(hctx, h.token)
 	}
 	h.ctx = hctx
+}
+
+// A holdContext is a hold's context: the hold's cancellation, carrying the
+// hold under its context key (see heldKey), as context.WithValue would.
+type holdContext struct {
+	context.Context
+	h *hold
+}
+
+func (c *holdContext) Value(key any) any {
+	if key == c.h.hk {
+		return c.h
+	}
+	return c.Context.Value(key)
+}
+
+func (c *holdContext) String() string {
+	return contextName(c.Context) + ".WithValue(lock " + c.h.name + ")"
+}
+
+// contextName describes ctx as the context package does.
+func contextName(ctx context.Context) string {
+	if s, ok := ctx.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprintf("%T", ctx)
 }
 
 // heldKey is the context key under which a hold's context, and every context

@@ -34,7 +34,8 @@ func (t *holdTable) ref(c *Client, id holdID, hk any, name string) *hold {
 		if id.role == writer {
 			h.field += ":write"
 		}
-		h.fieldArg = []any{h.field}
+		h.fieldBox[0] = h.field
+		h.fieldArg = h.fieldBox[:]
 		h.renewal.owner = h
 		t.m[id] = h
 	}

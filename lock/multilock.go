@@ -350,7 +350,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 		keys = append(keys, m.keys...)
 		args = append(args, h.field, h.levels, lease)
 	}
-	var via redis.Scripter = c.rdb
+	var via processor = c.rdb
 	var conn *redis.Conn
 	if ack.replicas > 0 {
 		var err error
@@ -361,7 +361,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 		via = conn
 	}
 	args = append(args, c.tokenTTL) // last: see multi_acquire.lua
-	vals, err := multiAcquireScript.Run(ctx, via, keys, args...).Int64Slice()
+	vals, err := multiAcquireScript.run(ctx, via, keys, args...).Int64Slice()
 	if err != nil {
 		if outcomeUnknown(err) {
 			ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh), nil)

@@ -41,6 +41,7 @@ type Mutex struct {
 	keys     []string // {lock, token counter}
 	relKeys  []string // {lock, unlock channel}
 	freeKeys []string // relKeys and the line of a FairMutex of the name, whose next waiter a release wakes too
+	args     []any    // {lock, token counter, lock, unlock channel, FairMutex line}: keys and freeKeys boxed once, for the hot path's script calls
 	unlockCh string   // where unlock messages are published
 	hk       any      // the context key of its holds (see heldKey)
 	checkErr error
@@ -59,9 +60,11 @@ func newMutex(c *Client, name string) *Mutex {
 	m.key = c.key(name)
 	m.checkErr = checkName(m.key)
 	m.unlockCh = derived(channelPrefix, m.key)
-	m.keys = []string{m.key, derived(tokenPrefix, m.key)}
-	m.relKeys = []string{m.key, m.unlockCh}
-	m.freeKeys = []string{m.key, m.unlockCh, derived(queuePrefix, m.key)}
+	token, line := derived(tokenPrefix, m.key), derived(queuePrefix, m.key)
+	keys := []string{m.key, token, m.key, m.unlockCh, line}
+	m.keys, m.freeKeys, m.relKeys = keys[0:2:2], keys[2:5:5], keys[2:4:4]
+	var lock any = m.key
+	m.args = []any{lock, token, lock, m.unlockCh, line}
 	m.hk = c.holdKey(m.key, exclusive)
 	return m
 }
@@ -137,8 +140,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 
 // The Mutex is the kind of its holds: Redisson's RLock layout.
 
-func (m *Mutex) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
-	n, err := acquireScript.Run(ctx, via, m.keys, m.c.leaseArg(h.lease), h.fieldArg[0], 0, tokenBlock, m.c.tokenTTL).Int64()
+func (m *Mutex) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
+	n, err := acquireScript.runBoxed(ctx, via, m.args[0:2], m.c.leaseArg(h.lease), h.fieldArg[0], 0, tokenBlock, m.c.tokenTTL).Int64()
 	if err != nil {
 		return false, 0, err
 	}
@@ -180,7 +183,7 @@ func (r acquireReply) held() bool { return r <= -2 }
 func (r acquireReply) pttl() int64 { return -3 - int64(r) }
 
 func (m *Mutex) release(ctx context.Context, h *hold) (int64, error) {
-	return m.c.run(ctx, releaseScript, m.freeKeys, h.fieldArg[0], h.levels, m.c.publish).Int64()
+	return releaseScript.runBoxed(ctx, m.c.rdb, m.args[2:5], h.fieldArg[0], h.levels, m.c.publish).Int64()
 }
 
 func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
@@ -193,7 +196,7 @@ func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 	}
 }
 
-func (m *Mutex) renewal(h *hold) (*redis.Script, []string, []any) {
+func (m *Mutex) renewal(h *hold) (*script, []string, []any) {
 	return renewScript, m.keys[:1:1], h.fieldArg[:1:1]
 }
 

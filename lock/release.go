@@ -222,5 +222,10 @@ func (c *Client) releasedWith(h *hold, cause error) {
 	h.unsure = false
 	c.dog.remove(&h.renewal)
 	c.holds.unpin(h)
+	if h.released.err == nil {
+		h.released = nameError{name: h.name, err: cause}
+		h.end(&h.released)
+		return
+	}
 	h.end(wrap(h.name, cause))
 }

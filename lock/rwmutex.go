@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
@@ -198,10 +197,10 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 // readerField returns the read field of the owner of a write hold.
 func readerField(writeField string) string { return strings.TrimSuffix(writeField, ":write") }
 
-func (k *readKind) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+func (k *readKind) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	rw := k.rw
 	lease, _ := leaseArgs(h)
-	vals, err := readAcquireScript.Run(ctx, via, rw.keys, lease, h.field, k.writeField(h), 0, rw.c.publish).Int64Slice()
+	vals, err := readAcquireScript.run(ctx, via, rw.keys, lease, h.field, k.writeField(h), 0, rw.c.publish).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -252,7 +251,7 @@ func (k *readKind) undo(ctx context.Context, h *hold, acquired bool) {
 	}
 }
 
-func (k *readKind) renewal(h *hold) (*redis.Script, []string, []any) {
+func (k *readKind) renewal(h *hold) (*script, []string, []any) {
 	return readRenewScript, k.rw.keys[:2], []any{h.field}
 }
 
@@ -260,11 +259,11 @@ func (k *readKind) channel(*hold) string { return k.rw.keys[3] }
 func (k *readKind) shared() bool         { return true }
 func (k *readKind) tokens() bool         { return false }
 
-func (k *writeKind) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+func (k *writeKind) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	rw := k.rw
 	lease, _ := leaseArgs(h)
 	timeout := strconv.FormatInt(rw.c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := writeAcquireScript.Run(ctx, via, rw.wkeys, lease, h.field, readerField(h.field), 0, rw.c.publish, timeout, rw.c.tokenTTL).Int64Slice()
+	vals, err := writeAcquireScript.run(ctx, via, rw.wkeys, lease, h.field, readerField(h.field), 0, rw.c.publish, timeout, rw.c.tokenTTL).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -314,7 +313,7 @@ func (k *writeKind) undo(ctx context.Context, h *hold, acquired bool) {
 	}
 }
 
-func (k *writeKind) renewal(h *hold) (*redis.Script, []string, []any) {
+func (k *writeKind) renewal(h *hold) (*script, []string, []any) {
 	return renewScript, []string{k.rw.key}, []any{h.field}
 }
 

@@ -20,12 +20,21 @@ var scriptFiles embed.FS
 // Redis reports the line of a script error counting from the first line of
 // the assembled text, libraries included: subtract their lengths to find the
 // line in the script's own file.
-func loadScript(name string, libs ...string) *redis.Script {
+func loadScript(name string, libs ...string) *script {
 	src := ""
 	for _, f := range append(libs, name) {
 		src += embeddedScript(f) + "\n"
 	}
-	return redis.NewScript(src)
+	s := &script{Script: redis.NewScript(src), src: src}
+	s.sha = s.Hash()
+	return s
+}
+
+// A script is one of the package's Lua scripts, assembled (see loadScript).
+type script struct {
+	*redis.Script        // for pipelines (EvalSha) and SCRIPT LOAD
+	src           string // the assembled text, for EVAL
+	sha           any    // its SHA1 in hex, boxed once: an argument of every EVALSHA
 }
 
 // embeddedScript returns the text of scripts/name.
@@ -71,9 +80,70 @@ var (
 	inspectScript = loadScript("inspect.lua", "lib.lua")
 )
 
-// run sends s with EVALSHA. A server that does not know the script (restarted,
-// failed over, SCRIPT FLUSH) answers NOSCRIPT once; the script is then sent
-// whole with EVAL, which caches it again.
-func (c *Client) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return s.Run(ctx, c.rdb, keys, args...)
+// A processor sends commands: a Client's go-redis client, or a connection of
+// its own (replica acknowledgement: see Client.conn).
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run runs s on keys with args, through the Client's go-redis client (see
+// script.send).
+func (c *Client) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
+	return s.run(ctx, c.rdb, keys, args...)
+}
+
+// run runs s on keys with args through via (see send).
+func (s *script) run(ctx context.Context, via processor, keys []string, args ...any) *redis.Cmd {
+	argv := make([]any, 3, 3+len(keys)+len(args))
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	return s.send(ctx, via, len(keys), append(argv, args...))
+}
+
+// runBoxed is run with keys boxed already (see boxed): a lock's hot path
+// boxes its keys once, not at every call.
+func (s *script) runBoxed(ctx context.Context, via processor, keys []any, args ...any) *redis.Cmd {
+	argv := make([]any, 3, 3+len(keys)+len(args))
+	argv = append(argv, keys...)
+	return s.send(ctx, via, len(keys), append(argv, args...))
+}
+
+// send sends s with EVALSHA through via: argv is the whole command, its
+// first three places left for EVALSHA, the hash and nkeys, followed by the
+// nkeys keys and the arguments. A server that does not know the script
+// (restarted, failed over, SCRIPT FLUSH) answers NOSCRIPT; the script is
+// then sent whole with EVAL, which caches it again. This is the one way
+// every single call of a script goes out; pipelines use pipelined (see
+// watchdog.send, MultiLock.raise).
+func (s *script) send(ctx context.Context, via processor, nkeys int, argv []any) *redis.Cmd {
+	argv[0], argv[1], argv[2] = "evalsha", s.sha, nkeys
+	cmd := redis.NewCmd(ctx, argv...)
+	if nkeys > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = via.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		argv[0], argv[1] = "eval", s.src
+		cmd = redis.NewCmd(ctx, argv...)
+		if nkeys > 0 {
+			cmd.SetFirstKeyPos(3)
+		}
+		_ = via.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// boxed returns keys as script arguments, boxed once.
+func boxed(keys []string) []any {
+	out := make([]any, len(keys))
+	for i, k := range keys {
+		out[i] = k
+	}
+	return out
+}
+
+// isNoScript reports whether err is Redis' NOSCRIPT reply.
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // semChannelPrefix is Redisson's prefix for a semaphore's channel.
@@ -135,9 +133,9 @@ func (s *Semaphore) Release(ctx context.Context) error {
 
 // The Semaphore is the kind of its permits.
 
-func (s *Semaphore) attempt(ctx context.Context, via redis.Scripter, h *hold) (bool, time.Duration, error) {
+func (s *Semaphore) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	lease, _ := leaseArgs(h)
-	vals, err := permitAcquireScript.Run(ctx, via, s.keys, lease, h.field, 0, s.permits, s.c.publish).Int64Slice()
+	vals, err := permitAcquireScript.run(ctx, via, s.keys, lease, h.field, 0, s.permits, s.c.publish).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -178,7 +176,7 @@ func (s *Semaphore) undo(ctx context.Context, h *hold, acquired bool) {
 	}
 }
 
-func (s *Semaphore) renewal(h *hold) (*redis.Script, []string, []any) {
+func (s *Semaphore) renewal(h *hold) (*script, []string, []any) {
 	return permitRenewScript, s.keys[:1], []any{h.field}
 }
 

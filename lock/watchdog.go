@@ -39,7 +39,7 @@ type watchdog struct {
 // with KEYS the keys of each lock in turn and ARGV[1] the lease in
 // milliseconds followed by the arguments of each lock in turn.
 type renewal struct {
-	script *redis.Script
+	script *script
 	keys   []string // this lock's keys, all in one hash slot
 	args   []any    // this lock's arguments
 	// owner is the hold this renews, or nil for a place in a wait line,
@@ -293,7 +293,7 @@ func (w *watchdog) renew() time.Duration {
 // script calls of at most renewChunk locks each.
 func (w *watchdog) chunk(all []*renewal) [][]*renewal {
 	type group struct {
-		script *redis.Script
+		script *script
 		slot   int
 	}
 	by := make(map[group][]*renewal)
@@ -360,7 +360,7 @@ func (w *watchdog) send(chunks [][]*renewal) ([]*redis.Cmd, []time.Time) {
 	}
 	exec(all)
 	var again []int
-	loaded := make(map[*redis.Script]bool)
+	loaded := make(map[*script]bool)
 	for i, cmd := range cmds {
 		if !isNoScript(cmd.Err()) {
 			continue
@@ -379,9 +379,4 @@ func (w *watchdog) send(chunks [][]*renewal) ([]*redis.Cmd, []time.Time) {
 		exec(again)
 	}
 	return cmds, sent
-}
-
-// isNoScript reports whether err is Redis' NOSCRIPT reply.
-func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }

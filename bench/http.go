@@ -47,6 +47,7 @@ var httpRows = []httpRow{
 	{name: "none", mode: "none"},
 	{name: "guard", mode: "guard"},
 	{name: "guard, with Idempotency-Key", mode: "guard", idem: true},
+	{name: "guard-combine", mode: "guard-combine"},
 }
 
 // An httpShape is one way of spreading the purchases over SKUs.
@@ -439,6 +440,28 @@ type httpResult struct {
 	serviceCPU time.Duration
 	dbCPU      time.Duration // the database server's, when known (else -1)
 	cost       cost          // Redis commands and CPU (sent: 0, the service's client is not hooked)
+	// What the database holds after the run, over every request of it
+	// (warm-up and drain included), with MySQL; -1 with SQLite: drift =
+	// units deducted - orders created (negative: deductions lost, units
+	// sold twice), dups = orders beyond one per buyer and SKU.
+	drift, dups int64
+}
+
+// ledger is the stock left and the orders in the run's database.
+type ledger struct{ stock, orders, pairs int64 }
+
+// readLedger reads the ledger; ok is false with SQLite.
+func (e *httpEnv) readLedger(ctx context.Context) (ledger, bool, error) {
+	if e.dbAdmin == nil || e.dbName == "" {
+		return ledger{}, false, nil
+	}
+	var l ledger
+	db := "`" + e.dbName + "`"
+	if err := e.dbAdmin.QueryRowContext(ctx, "SELECT COALESCE(SUM(stock), 0) FROM "+db+".products").Scan(&l.stock); err != nil {
+		return l, false, err
+	}
+	err := e.dbAdmin.QueryRowContext(ctx, "SELECT COUNT(*), COUNT(DISTINCT user_id, sku) FROM "+db+".orders").Scan(&l.orders, &l.pairs)
+	return l, err == nil, err
 }
 
 // runHTTP sends ld to s and measures the window. Requests answered in the
@@ -465,6 +488,10 @@ func runHTTP(ctx context.Context, e *httpEnv, s *service, ld httpLoad) (httpResu
 	)
 	begin := func() { started.Do(func() { close(start) }) }
 	left.Store(ld.count)
+	ledger0, exact, err := e.readLedger(ctx)
+	if err != nil {
+		return httpResult{}, err
+	}
 	if ld.count > 0 {
 		phase.Store(phaseWindow)
 	}
@@ -527,7 +554,6 @@ func runHTTP(ctx context.Context, e *httpEnv, s *service, ld httpLoad) (httpResu
 		return d
 	}
 	var window time.Duration
-	var err error
 	measureStart := func() error {
 		if before, err = takeSnapshot(ctx, e.admin, 0); err != nil {
 			return err
@@ -592,7 +618,17 @@ func runHTTP(ctx context.Context, e *httpEnv, s *service, ld httpLoad) (httpResu
 	default:
 	}
 	res := httpResult{window: window, latencies: sortDurations(lats), answers: answers,
-		serviceCPU: cpu1 - cpu0, dbCPU: -1, cost: costBetween(before, after)}
+		serviceCPU: cpu1 - cpu0, dbCPU: -1, cost: costBetween(before, after), drift: -1, dups: -1}
+	if exact {
+		// Every request of the run has had its answer (wg.Wait).
+		ledger1, _, err := e.readLedger(ctx)
+		if err != nil {
+			return res, err
+		}
+		orders := ledger1.orders - ledger0.orders
+		res.drift = (ledger0.stock - ledger1.stock) - orders
+		res.dups = (ledger1.orders - ledger1.pairs) - (ledger0.orders - ledger0.pairs)
+	}
 	if db0 >= 0 && db1 >= 0 {
 		res.dbCPU = db1 - db0
 	}
@@ -655,9 +691,9 @@ func measureHTTP(ctx context.Context, h *httpEnv, cfg config, r *results, round 
 			}
 			got[row.name] = x
 			r.addHTTP(sh, row, x)
-			fmt.Fprintf(log, "%s %-7s %-28s %7.0f req/s  p50 %7.2f ms  p99 %7.2f ms  service CPU %5.0f µs/req\n",
+			fmt.Fprintf(log, "%s %-7s %-28s %7.0f req/s  p50 %7.2f ms  p99 %7.2f ms  service CPU %5.0f µs/req  drift %d  dups %d\n",
 				tag, sh.id, row.name, float64(x.requests)/x.window.Seconds(), percentile(x.latencies, 50)/1e6,
-				percentile(x.latencies, 99)/1e6, float64(x.serviceCPU.Microseconds())/float64(max(x.requests, 1)))
+				percentile(x.latencies, 99)/1e6, float64(x.serviceCPU.Microseconds())/float64(max(x.requests, 1)), x.drift, x.dups)
 		}
 		base, ok := got[httpRows[0].name]
 		if !ok {
@@ -690,7 +726,17 @@ func httpValues(x httpResult) map[string]float64 {
 		"cpu":   float64(x.serviceCPU.Nanoseconds()) / 1e3 / n,
 		"exec":  float64(x.cost.executed) / n,
 		"rcpu":  float64(x.cost.redisCPU.Nanoseconds()) / 1e3 / n,
+		"drift": nanIfNegative(x.drift, x.dups),
+		"dups":  nanIfNegative(x.dups, x.dups),
 	}
+}
+
+// nanIfNegative is v, or NaN when unknown is -1 (no ledger with SQLite).
+func nanIfNegative(v, unknown int64) float64 {
+	if unknown < 0 {
+		return math.NaN()
+	}
+	return float64(v)
 }
 
 func (r *results) addHTTP(sh httpShape, row httpRow, x httpResult) {
@@ -734,13 +780,13 @@ func tail(s string, n int) string {
 // writeHTTP writes the HTTP tables.
 func writeHTTP(w io.Writer, cfg config, r *results) {
 	fmt.Fprintf(w, "### The whole HTTP path\n\n")
-	fmt.Fprintf(w, "The reference service `example-seckill`, built from this working tree, one process per mode: `serve -mode none` (no lock) and `serve -mode guard` (the policies of its built-in guard.yaml: the distributed lock `sku:<sku>`, wait 2 s, watchdog; the product row read with `SELECT … FOR UPDATE` in the transaction that writes it, the writes fenced with the lock's token). Both on a redis-server of their own (not the lock runs') and %s. %d clients in the benchmark process (Go net/http, keep-alive) send purchases (`POST /api/seckill/:sku`) in a closed loop, each by a new buyer (`X-User-ID`), with no `Idempotency-Key` except in the rows that say so, either all on one SKU or each on one of %s SKUs picked at random (then a request finds its SKU taken by another in flight about %.0f%% of the time); every SKU has a stock of 10⁹, so nothing sells out and every request buys. Measured: a window of %v after %v of warm-up, the requests answered in it (those in flight at its end finish uncounted); the modes take turns in every round, in an order rotated each round. CPU times per request are the service process's and the database server's (from /proc, 10 ms ticks; the database server is shared with whatever else uses it, so its column is the noisiest); Redis: commands run (INFO commandstats, script-internal ones included) and CPU of the services' redis-server.\n\n",
+	fmt.Fprintf(w, "The reference service `example-seckill`, built from this working tree, one process per mode: `serve -mode none` (no lock) and `serve -mode guard` (the policies of its built-in guard.yaml: the distributed lock `sku:<sku>`, wait 2 s, watchdog; the product row read with `SELECT … FOR UPDATE` in the transaction that writes it, the writes fenced with the lock's token) and `serve -mode guard-combine` (the same lock and purchase, the purchases of the process that queue behind the holder of a SKU's lock run in its batch: one transaction, a savepoint per purchase, one commit per hold). All on a redis-server of their own (not the lock runs') and %s. %d clients in the benchmark process (Go net/http, keep-alive) send purchases (`POST /api/seckill/:sku`) in a closed loop, each by a new buyer (`X-User-ID`), with no `Idempotency-Key` except in the rows that say so, either all on one SKU or each on one of %s SKUs picked at random (then a request finds its SKU taken by another in flight about %.0f%% of the time); every SKU has a stock of 10⁹, so nothing sells out and every request buys; drift (units deducted − orders created) and dup orders (beyond one per buyer) are read from the database over every request of a run, warm-up and drain included. Measured: a window of %v after %v of warm-up, the requests answered in it (those in flight at its end finish uncounted); the modes take turns in every round, in an order rotated each round. CPU times per request are the service process's and the database server's (from /proc, 10 ms ticks; the database server is shared with whatever else uses it, so its column is the noisiest); Redis: commands run (INFO commandstats, script-internal ones included) and CPU of the services' redis-server.\n\n",
 		r.httpSetup, cfg.httpClients, strings.TrimSuffix(httpShapes[1].title, " SKUs"), 100*float64(cfg.httpClients-1)/float64(httpShapes[1].skus), cfg.httpDuration, cfg.httpWarmup)
-	t := newTable(w, "SKUs", "mode", "requests/s", "p50 ms", "p99 ms", "max ms", "answered 201, %", "service CPU µs / req", "database CPU µs / req", "commands Redis ran / req", "Redis CPU µs / req")
+	t := newTable(w, "SKUs", "mode", "requests/s", "p50 ms", "p99 ms", "max ms", "answered 201, %", "drift", "dup orders", "service CPU µs / req", "database CPU µs / req", "commands Redis ran / req", "Redis CPU µs / req")
 	for _, sh := range httpShapes {
 		for _, row := range httpRows {
 			g := func(m string) []float64 { return r.get(sh.id, row.name, m) }
-			t.row(sh.title, row.name, cell(g("rps"), ""), cell(g("p50"), ""), cell(g("p99"), ""), cell(g("max"), ""), cell(g("ok"), ""), cell(g("cpu"), ""), cell(g("dbcpu"), ""), cell(g("exec"), ""), cell(g("rcpu"), ""))
+			t.row(sh.title, row.name, cell(g("rps"), ""), cell(g("p50"), ""), cell(g("p99"), ""), cell(g("max"), ""), cell(g("ok"), ""), cell(g("drift"), ""), cell(g("dups"), ""), cell(g("cpu"), ""), cell(g("dbcpu"), ""), cell(g("exec"), ""), cell(g("rcpu"), ""))
 		}
 	}
 	fmt.Fprintln(w)

@@ -147,6 +147,7 @@ type line struct {
 
 // A member is one request on a combining route.
 type member struct {
+	g       *Guard
 	c       *gin.Context
 	next    func()
 	ctx     context.Context // the request's own context
@@ -199,7 +200,7 @@ func (g *Guard) combineStep(tmpl *ginmw.Template, r route) step {
 		}
 		g.metrics.touchBatch(routeOf(c))
 		m := &member{
-			c: c, next: next, ctx: c.Request.Context(), arrived: time.Now(),
+			g: g, c: c, next: next, ctx: c.Request.Context(), arrived: time.Now(),
 			msgs: make(chan message, 2), done: make(chan turnReport, 1),
 		}
 		cb.mu.Lock()
@@ -574,7 +575,7 @@ func (m *member) turn(batchCtx context.Context, key string) (rep turnReport) {
 			}
 		}
 	}()
-	m.next()
+	m.g.runHandler(c, m.next)
 	rep.ok = m.w.Status() < 400
 	return rep
 }

@@ -671,3 +671,42 @@ routes:
 		t.Errorf("a route combining through With: %d %s", r.status, r.body)
 	}
 }
+
+func TestStepHook_ACombiningRouteReportsOneLockPerBatchAndEveryTurn(t *testing.T) {
+	srv := testenv.Redis(t)
+	lines := watchLines(t)
+	var log stepLog
+	gate, started := make(chan struct{}), make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", g.Lock("steps:<sku>", guard.Combining(&countSession{}), guard.MaxBatchTime(time.Minute)), func(c *gin.Context) {
+			if c.GetHeader("X-User") == "leader" {
+				close(started)
+				<-gate
+			}
+			step, _ := c.Request.Context().Value(stepKey{}).(string)
+			c.String(http.StatusCreated, step)
+		})
+	}, guard.WithStepHook(log.hook))
+	var wg sync.WaitGroup
+	var bodies sync.Map
+	send := func(u string) {
+		wg.Go(func() { bodies.Store(u, string(do(t, "POST", in.srv.URL+"/buy/1", "", "X-User", u).body)) })
+	}
+	send("leader")
+	<-started
+	send("follower")
+	lines.wait(t, "steps:1", 1)
+	close(gate)
+	wg.Wait()
+	got, _ := log.take()
+	sameLines(t, "a batch of two", got,
+		`start lock POST /buy/:sku key="steps:1"`, "end lock acquired",
+		`start handler POST /buy/:sku key=""`, "end handler ok",
+		`start handler POST /buy/:sku key=""`, "end handler ok")
+	bodies.Range(func(u, b any) bool {
+		if b != "handler" {
+			t.Errorf("%s: the handler's context is %q, want StepHandler's", u, b)
+		}
+		return true
+	})
+}

@@ -30,8 +30,10 @@ const (
 	// claim so that a retry runs.
 	StepIdempotencyFinish
 	// StepHandler: the rest of the chain runs, holding the lock or the
-	// key (a Combining route reports its StepLock, not the turns of its
-	// batches). With two of the Guard's middlewares on one route (Idempotent,
+	// key. A Combining route reports StepLock once per batch, for the
+	// request that takes the lock, and StepHandler for every request's turn
+	// in a batch (its outcome is the handler's; the batch's commit comes
+	// after it). With two of the Guard's middlewares on one route (Idempotent,
 	// then Lock), the inner one's steps happen within the outer one's
 	// StepHandler; Policies composes both in one middleware, with one
 	// StepHandler around the handler.

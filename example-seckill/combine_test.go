@@ -156,6 +156,9 @@ func TestCombine_ThreeInstancesSellOneSKUExactly(t *testing.T) {
 			putProduct(t, ins[0], sku, initial)
 			res := sellCombined(t, urlsOf(ins), sku, buyers, 48)
 			n := checkExact(t, db, sku, initial, res)
+			if counted := combinedCount(ins, "seckill_orders_total"); counted != float64(n) {
+				t.Errorf("the instances counted %v orders, the database holds %d: an order counted before its batch committed", counted, n)
+			}
 			combined, lost := combinedCount(ins, "seckillguard_combined_requests_total"), combinedCount(ins, "seckillguard_lock_lost_total")
 			t.Logf("%d orders of %d units; %v requests combined into others' batches; %v locks lost; answers %v", n, initial, combined, lost, res.answers)
 			if n != initial {

@@ -113,13 +113,17 @@ func (s *Service) buy(c *gin.Context) {
 	}
 	switch {
 	case err == nil:
-		s.orders.Inc()
-		if left == 0 {
-			s.soldOut.mark(sku)
-		}
+		// guard.OnCommit: in mode guard-combine the batch commits after
+		// this handler returns, and may not.
+		guard.OnCommit(c, func() {
+			s.orders.Inc()
+			if left == 0 {
+				s.soldOut.mark(sku)
+			}
+		})
 		c.JSON(http.StatusCreated, order)
 	case errors.Is(err, errSoldOut):
-		s.soldOut.mark(sku)
+		guard.OnCommit(c, func() { s.soldOut.mark(sku) })
 		ginmw.Abort(c, http.StatusConflict, "sold_out")
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		ginmw.Abort(c, http.StatusNotFound, "not_found")

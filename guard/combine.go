@@ -120,6 +120,26 @@ func MaxBatchTime(d time.Duration) RouteOption {
 // added with c.Error.
 var ErrBatchFailed = errors.New("guard: the batch's work failed")
 
+// commitHooksName is the gin context key of the OnCommit functions of a
+// request in its batch's turn.
+const commitHooksName = "seckillguard.batch.oncommit"
+
+// OnCommit runs f once the transaction the request's handler wrote in has
+// committed: on a Combining route when the request's batch has committed,
+// before the request is answered, and never when the batch fails; on any
+// other route at once (the handler's own transaction is over when it calls
+// OnCommit). It is for what must follow the commit and only the commit: a
+// counter of orders, an in-memory note that a SKU is sold out.
+func OnCommit(c *gin.Context, f func()) {
+	if v, ok := c.Get(commitHooksName); ok {
+		if hooks, ok := v.(*[]func()); ok {
+			*hooks = append(*hooks, f)
+			return
+		}
+	}
+	f()
+}
+
 // testHookWaiting, set by tests, learns how many requests wait in a key's
 // line each time one joins or leaves it.
 var testHookWaiting atomic.Pointer[func(key string, n int)]
@@ -160,6 +180,7 @@ type member struct {
 
 	// Set by the turn, read after it by the member's goroutine only.
 	w        *heldWriter
+	hooks    *[]func() // OnCommit's
 	orig     *http.Request
 	panicked any
 	hadPanic bool
@@ -557,6 +578,8 @@ func (m *member) turn(batchCtx context.Context, key string) (rep turnReport) {
 	prevHolder, hadHolder := c.Get(fencing.ContextKey)
 	c.Set(fencing.ContextKey, tc)
 	m.w = holdAnswer(c)
+	m.hooks = new([]func())
+	c.Set(commitHooksName, m.hooks)
 	defer func() {
 		stop()
 		cancel(nil)
@@ -588,6 +611,12 @@ func (m *member) answer(g *Guard, err error) {
 	method, routeName := routeOf(c)
 	if m.orig != nil {
 		c.Request = m.orig
+	}
+	c.Delete(commitHooksName)
+	if err == nil && m.hooks != nil {
+		for _, f := range *m.hooks {
+			f()
+		}
 	}
 	if m.hadPanic {
 		m.w.discard()

@@ -513,15 +513,18 @@ func TestCombine_LostLockEndsTheBatchUncommitted(t *testing.T) {
 	lines := watchLines(t)
 	s := &countSession{}
 	gate, started := make(chan struct{}), make(chan struct{})
+	var committed sync.Map // users whose OnCommit ran
 	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
 		r.POST("/w/:id", g.Lock("uncommitted:<id>", guard.Lease(200*time.Millisecond), guard.Combining(s), guard.MaxBatchTime(time.Minute)), func(c *gin.Context) {
-			switch c.GetHeader("X-User") {
+			u := c.GetHeader("X-User")
+			switch u {
 			case "leader":
 				close(started)
 				<-gate
 			case "paused":
 				time.Sleep(400 * time.Millisecond)
 			}
+			guard.OnCommit(c, func() { committed.Store(u, true) })
 			c.Status(http.StatusCreated)
 		})
 	})
@@ -551,6 +554,11 @@ func TestCombine_LostLockEndsTheBatchUncommitted(t *testing.T) {
 		}
 		return true
 	})
+	var ran []string
+	committed.Range(func(u, _ any) bool { ran = append(ran, u.(string)); return true })
+	if !slices.Equal(ran, []string{"b"}) {
+		t.Errorf("OnCommit ran for %v; want only b, whose batch committed", ran)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if slices.Contains(s.committed, 1) {

@@ -212,18 +212,54 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 	return h.levelContext(ctx), nil
 }
 
-// leaseArgs returns a hold's lease for a first acquisition and for a
-// re-entry: the lease the re-entry asks for (WithLease), or else the
-// watchdog's lease, or "0" for a fixed lease, which keeps its deadline.
-func leaseArgs(h *hold) (first, again string) {
-	first = strconv.FormatInt(h.lease.Milliseconds(), 10)
+// leaseArgs returns the script arguments of h's lease for a first
+// acquisition and for a re-entry: the lease the re-entry asks for
+// (WithLease), or else the hold's lease, or "0" for a fixed lease, which
+// keeps its deadline.
+func (c *Client) leaseArgs(h *hold) (first, again any) {
+	first = c.leaseArg(h.lease)
 	switch {
 	case h.relet > 0:
-		return first, strconv.FormatInt(h.relet.Milliseconds(), 10)
+		return first, c.leaseArg(h.relet)
 	case h.fixed:
 		return first, "0"
 	}
 	return first, first
+}
+
+// msArg returns d as a script argument: its whole milliseconds, in decimal.
+// Every duration a script is given goes through it (leases, timeouts,
+// expiries), so that they all read it alike (tonumber, or passed on to
+// PEXPIRE as it is).
+func msArg(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// A pairReply is the reply {status, value} of the acquire scripts of the
+// FairMutex, the RWMutex and the Semaphore: status 1 is an acquisition
+// (value: its token, 0 for kinds without), 0 a lock held by others (value:
+// its remaining lease, as retryAfter reads it); each script says what its
+// other statuses mean.
+type pairReply struct {
+	status, value int64
+	vals          []int64 // the reply as it came, for errors
+}
+
+// readPair reads a pairReply from cmd.
+func readPair(cmd *redis.Cmd) (pairReply, error) {
+	vals, err := cmd.Int64Slice()
+	r := pairReply{vals: vals}
+	if len(vals) == 2 {
+		r.status, r.value = vals[0], vals[1]
+	}
+	return r, err
+}
+
+// is reports whether r is a well-formed reply of the given status.
+func (r pairReply) is(status int64) bool { return len(r.vals) == 2 && r.status == status }
+
+// unexpected is the error for a reply of no known shape from the script
+// named what.
+func (r pairReply) unexpected(what string) error {
+	return fmt.Errorf("unexpected reply %v from the %s script", r.vals, what)
 }
 
 // retryAfter turns the PTTL an acquire script reported into how long to wait
@@ -250,4 +286,13 @@ func (h *hold) levelContext(ctx context.Context) context.Context {
 		ctx = fencing.WithToken(ctx, h.token)
 	}
 	return ctx
+}
+
+// leaseArg returns the script argument for a lease of d (see msArg), boxed
+// once for the watchdog timeout, the lease of most holds.
+func (c *Client) leaseArg(d time.Duration) any {
+	if d == c.opts.watchdogTimeout {
+		return c.leaseMS
+	}
+	return msArg(d)
 }

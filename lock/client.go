@@ -34,10 +34,8 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -52,7 +50,7 @@ type Client struct {
 	id       string // Redisson's connection manager id: the first half of every owner field
 	cluster  bool   // Redis Cluster: shard channels, renewals grouped by slot
 	publish  any    // "publish" or "spublish", boxed once: it is an argument of most scripts
-	leaseMS  any    // the watchdog timeout in milliseconds, as leaseArg gives it
+	leaseMS  any    // the watchdog timeout as a script argument (msArg), boxed once
 	tokenTTL any    // the token counters' idle expiry in milliseconds, "0" for none (WithTokenExpiry)
 	opts     clientOptions
 	err      error // set when New got bad input; returned by every operation
@@ -100,8 +98,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		}
 	}
 	c.err = c.opts.err
-	c.leaseMS = strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
-	c.tokenTTL = strconv.FormatInt(c.opts.tokenExpiry.Milliseconds(), 10)
+	c.leaseMS = msArg(c.opts.watchdogTimeout)
+	c.tokenTTL = msArg(c.opts.tokenExpiry)
 	switch r := rdb.(type) {
 	case nil:
 		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
@@ -200,13 +198,4 @@ func (c *Client) goBackground(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// leaseArg returns the script argument for a lease of d: its milliseconds, as
-// a string boxed once for the watchdog timeout, the lease of most holds.
-func (c *Client) leaseArg(d time.Duration) any {
-	if d == c.opts.watchdogTimeout {
-		return c.leaseMS
-	}
-	return strconv.FormatInt(d.Milliseconds(), 10)
 }

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
@@ -124,34 +123,30 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 
 func (f *FairMutex) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	c := f.m.c
-	lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
-	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := fairAcquireScript.run(ctx, via, f.keys, lease, h.field, 0, timeout, c.publish, c.tokenTTL).Int64Slice()
+	lease, _ := c.leaseArgs(h)
+	r, err := readPair(fairAcquireScript.run(ctx, via, f.keys, lease, h.field, 0, c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, 0, err
 	}
-	if len(vals) == 2 {
-		switch vals[0] {
-		case 1:
-			h.token = fencing.Token(vals[1])
-			return true, 0, nil
-		case 0:
-			c.inLine(h, waitingScript, []string{f.keys[2], f.keys[1]}, []any{h.field})
-			return false, retryAfter(c, vals[1]), nil
-		}
+	switch {
+	case r.is(1):
+		h.token = fencing.Token(r.value)
+		return true, 0, nil
+	case r.is(0):
+		c.inLine(h, waitingScript, []string{f.keys[2], f.keys[1]}, []any{h.field})
+		return false, retryAfter(c, r.value), nil
 	}
-	return false, 0, fmt.Errorf("unexpected reply %v from the fair acquire script", vals)
+	return false, 0, r.unexpected("fair acquire")
 }
 
 func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	c := f.m.c
-	_, lease := leaseArgs(h)
-	timeout := strconv.FormatInt(c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, timeout, c.publish, c.tokenTTL).Int64Slice()
+	_, lease := c.leaseArgs(h)
+	r, err := readPair(c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, err
 	}
-	return len(vals) == 2 && vals[0] == 1, nil
+	return r.is(1), nil
 }
 
 func (f *FairMutex) release(ctx context.Context, h *hold) (int64, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -343,9 +342,9 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 	args = append(args, int64(floor))
 	for i, m := range g {
 		h := gh[i]
-		lease := strconv.FormatInt(h.lease.Milliseconds(), 10)
-		if h.levels > 0 && h.fixed {
-			lease = "0" // a fixed lease keeps its deadline
+		lease, again := c.leaseArgs(h) // again: a fixed lease keeps its deadline
+		if h.levels > 0 {
+			lease = again
 		}
 		keys = append(keys, m.keys...)
 		args = append(args, h.field, h.levels, lease)

@@ -158,7 +158,7 @@ func (m *Mutex) attempt(ctx context.Context, via processor, h *hold) (bool, time
 }
 
 func (m *Mutex) reenter(ctx context.Context, h *hold) (bool, error) {
-	_, lease := leaseArgs(h)
+	_, lease := m.c.leaseArgs(h)
 	n, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64()
 	if err != nil {
 		return false, err
@@ -209,7 +209,7 @@ func (m *Mutex) transfer(ctx context.Context, from, to *hold, lease time.Duratio
 	if from.top > from.token {
 		next = from.token + 1
 	}
-	n, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, lease.Milliseconds(), int64(next), tokenBlock, m.c.tokenTTL).Int64()
+	n, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, msArg(lease), int64(next), tokenBlock, m.c.tokenTTL).Int64()
 	switch {
 	case err != nil || n < 0:
 		return fencing.Token(n), 0, err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -275,10 +274,10 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		taken  []bool
 		token  fencing.Token
 		split  bool
-		leases = make([]string, len(r.clients))
+		leases = make([]any, len(r.clients))
 	)
 	for i := range r.clients {
-		leases[i] = strconv.FormatInt(r.nodeLease(i, lo).Milliseconds(), 10)
+		leases[i] = r.clients[i].leaseArg(r.nodeLease(i, lo))
 	}
 	try := func(ctx context.Context) (bool, time.Duration, error) {
 		if split {

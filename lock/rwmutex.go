@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -199,30 +198,28 @@ func readerField(writeField string) string { return strings.TrimSuffix(writeFiel
 
 func (k *readKind) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	rw := k.rw
-	lease, _ := leaseArgs(h)
-	vals, err := readAcquireScript.run(ctx, via, rw.keys, lease, h.field, k.writeField(h), 0, rw.c.publish).Int64Slice()
+	lease, _ := rw.c.leaseArgs(h)
+	r, err := readPair(readAcquireScript.run(ctx, via, rw.keys, lease, h.field, k.writeField(h), 0, rw.c.publish))
 	if err != nil {
 		return false, 0, err
 	}
-	if len(vals) == 2 {
-		switch vals[0] {
-		case 1:
-			return true, 0, nil
-		case 0:
-			return false, retryAfter(rw.c, vals[1]), nil
-		}
+	switch {
+	case r.is(1):
+		return true, 0, nil
+	case r.is(0):
+		return false, retryAfter(rw.c, r.value), nil
 	}
-	return false, 0, fmt.Errorf("unexpected reply %v from the read acquire script", vals)
+	return false, 0, r.unexpected("read acquire")
 }
 
 func (k *readKind) reenter(ctx context.Context, h *hold) (bool, error) {
 	rw := k.rw
-	_, lease := leaseArgs(h)
-	vals, err := rw.c.run(ctx, readAcquireScript, rw.keys, lease, h.field, k.writeField(h), h.levels, rw.c.publish).Int64Slice()
+	_, lease := rw.c.leaseArgs(h)
+	r, err := readPair(rw.c.run(ctx, readAcquireScript, rw.keys, lease, h.field, k.writeField(h), h.levels, rw.c.publish))
 	if err != nil {
 		return false, err
 	}
-	return len(vals) == 2 && vals[0] == 1, nil
+	return r.is(1), nil
 }
 
 // writeField is the write field under which a first read hold is granted
@@ -261,36 +258,32 @@ func (k *readKind) tokens() bool         { return false }
 
 func (k *writeKind) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	rw := k.rw
-	lease, _ := leaseArgs(h)
-	timeout := strconv.FormatInt(rw.c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := writeAcquireScript.run(ctx, via, rw.wkeys, lease, h.field, readerField(h.field), 0, rw.c.publish, timeout, rw.c.tokenTTL).Int64Slice()
+	lease, _ := rw.c.leaseArgs(h)
+	r, err := readPair(writeAcquireScript.run(ctx, via, rw.wkeys, lease, h.field, readerField(h.field), 0, rw.c.publish, rw.c.leaseMS, rw.c.tokenTTL))
 	if err != nil {
 		return false, 0, err
 	}
-	if len(vals) == 2 {
-		switch vals[0] {
-		case 1:
-			h.token = fencing.Token(vals[1])
-			return true, 0, nil
-		case 0:
-			rw.c.inLine(h, waitingScript, []string{rw.keys[2], rw.keys[2]}, []any{h.field})
-			return false, retryAfter(rw.c, vals[1]), nil
-		case -2:
-			return false, 0, ErrUpgrade
-		}
+	switch {
+	case r.is(1):
+		h.token = fencing.Token(r.value)
+		return true, 0, nil
+	case r.is(0):
+		rw.c.inLine(h, waitingScript, []string{rw.keys[2], rw.keys[2]}, []any{h.field})
+		return false, retryAfter(rw.c, r.value), nil
+	case r.is(-2):
+		return false, 0, ErrUpgrade
 	}
-	return false, 0, fmt.Errorf("unexpected reply %v from the write acquire script", vals)
+	return false, 0, r.unexpected("write acquire")
 }
 
 func (k *writeKind) reenter(ctx context.Context, h *hold) (bool, error) {
 	rw := k.rw
-	_, lease := leaseArgs(h)
-	timeout := strconv.FormatInt(rw.c.opts.watchdogTimeout.Milliseconds(), 10)
-	vals, err := rw.c.run(ctx, writeAcquireScript, rw.wkeys, lease, h.field, readerField(h.field), h.levels, rw.c.publish, timeout, rw.c.tokenTTL).Int64Slice()
+	_, lease := rw.c.leaseArgs(h)
+	r, err := readPair(rw.c.run(ctx, writeAcquireScript, rw.wkeys, lease, h.field, readerField(h.field), h.levels, rw.c.publish, rw.c.leaseMS, rw.c.tokenTTL))
 	if err != nil {
 		return false, err
 	}
-	return len(vals) == 2 && vals[0] == 1, nil
+	return r.is(1), nil
 }
 
 func (k *writeKind) release(ctx context.Context, h *hold) (int64, error) {

@@ -134,29 +134,27 @@ func (s *Semaphore) Release(ctx context.Context) error {
 // The Semaphore is the kind of its permits.
 
 func (s *Semaphore) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
-	lease, _ := leaseArgs(h)
-	vals, err := permitAcquireScript.run(ctx, via, s.keys, lease, h.field, 0, s.permits, s.c.publish).Int64Slice()
+	lease, _ := s.c.leaseArgs(h)
+	r, err := readPair(permitAcquireScript.run(ctx, via, s.keys, lease, h.field, 0, s.permits, s.c.publish))
 	if err != nil {
 		return false, 0, err
 	}
-	if len(vals) == 2 {
-		switch vals[0] {
-		case 1:
-			return true, 0, nil
-		case 0:
-			return false, retryAfter(s.c, vals[1]), nil
-		}
+	switch {
+	case r.is(1):
+		return true, 0, nil
+	case r.is(0):
+		return false, retryAfter(s.c, r.value), nil
 	}
-	return false, 0, fmt.Errorf("unexpected reply %v from the permit acquire script", vals)
+	return false, 0, r.unexpected("permit acquire")
 }
 
 func (s *Semaphore) reenter(ctx context.Context, h *hold) (bool, error) {
-	_, lease := leaseArgs(h)
-	vals, err := s.c.run(ctx, permitAcquireScript, s.keys, lease, h.field, h.levels, s.permits, s.c.publish).Int64Slice()
+	_, lease := s.c.leaseArgs(h)
+	r, err := readPair(s.c.run(ctx, permitAcquireScript, s.keys, lease, h.field, h.levels, s.permits, s.c.publish))
 	if err != nil {
 		return false, err
 	}
-	return len(vals) == 2 && vals[0] == 1, nil
+	return r.is(1), nil
 }
 
 func (s *Semaphore) release(ctx context.Context, h *hold) (int64, error) {

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -327,7 +326,7 @@ func (w *watchdog) chunk(all []*renewal) [][]*renewal {
 // taking the rest of the pass with it. A server that lost its script cache
 // gets the script loaded once and the failed calls again.
 func (w *watchdog) send(chunks [][]*renewal) ([]*redis.Cmd, []time.Time) {
-	lease := strconv.FormatInt(w.c.opts.watchdogTimeout.Milliseconds(), 10)
+	lease := w.c.leaseMS
 	cmds := make([]*redis.Cmd, len(chunks))
 	sent := make([]time.Time, len(chunks))
 	roundTrip := max(w.period, time.Second)

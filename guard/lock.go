@@ -151,7 +151,7 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 // route is the template's, reads the body and resolves the key. ok is false
 // when the request was answered (or passed through untouched).
 func (g *Guard) prepareLock(c *gin.Context, fits *routeFits, tmpl *ginmw.Template, r route, next func()) (key string, ok bool) {
-	switch fit, err := fits.of(c.FullPath()); fit {
+	switch fit, err := fits.of(c.Request.Context(), c.FullPath()); fit {
 	case fitPass:
 		next()
 		return "", false
@@ -236,7 +236,9 @@ type fitResult struct {
 	err error
 }
 
-func (f *routeFits) of(route string) (routeFit, error) {
+// of returns what the template does on route; the first request on each
+// route, whose context is ctx, logs a route it does not lock.
+func (f *routeFits) of(ctx context.Context, route string) (routeFit, error) {
 	if v, ok := f.m.Load(route); ok {
 		r := v.(fitResult)
 		return r.fit, r.err
@@ -245,10 +247,10 @@ func (f *routeFits) of(route string) (routeFit, error) {
 	if _, loaded := f.m.LoadOrStore(route, fitResult{fit, err}); !loaded && route != "" {
 		switch fit {
 		case fitMismatch:
-			f.log.Error("guard: lock template names a path parameter the route does not have; its requests are answered 500",
+			f.log.ErrorContext(ctx, "guard: lock template names a path parameter the route does not have; its requests are answered 500",
 				"template", f.tmpl.String(), "route", route, "err", err)
 		case fitPass:
-			f.log.Info("guard: lock template does not apply to the route (it has no path parameter the template names); its requests pass unlocked",
+			f.log.InfoContext(ctx, "guard: lock template does not apply to the route (it has no path parameter the template names); its requests pass unlocked",
 				"template", f.tmpl.String(), "route", route)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,4 +67,32 @@ func TestGuard_LogsCarryTheRequestContext(t *testing.T) {
 	if !found {
 		t.Error("no log line for a hold longer than LongHold")
 	}
+}
+
+// TestGuard_ARouteMismatchIsLoggedWithTheRequestContext: the first request
+// on a route that a Lock template cannot apply to is logged with that
+// request's context.
+func TestGuard_ARouteMismatchIsLoggedWithTheRequestContext(t *testing.T) {
+	srv := testenv.Redis(t)
+	h := &contextLog{ids: make(map[string]string)}
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(func(c *gin.Context) {
+			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), requestIDKey{}, c.GetHeader("X-Request-ID")))
+		})
+		r.POST("/orders", g.Lock("order:<path:id>"), func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	}, guard.WithLogger(slog.New(h)))
+	if r := do(t, http.MethodPost, in.srv.URL+"/orders", "", "X-Request-ID", "req-7"); r.status != http.StatusInternalServerError {
+		t.Fatalf("POST /orders: %d %s, want 500", r.status, r.body)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for msg, id := range h.ids {
+		if strings.Contains(msg, "names a path parameter the route does not have") {
+			if id != "req-7" {
+				t.Errorf("log line %q written with request id %q, want the request's \"req-7\"", msg, id)
+			}
+			return
+		}
+	}
+	t.Errorf("no log line for the route mismatch among %v", h.ids)
 }

@@ -11,6 +11,41 @@ import (
 	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
+// A handle is what every lock value starts its operations with: its Client,
+// its name (for errors) and what was wrong with it when it was made, which
+// every operation reports.
+type handle struct {
+	c        *Client
+	name     string
+	checkErr error
+}
+
+// usable returns the error every operation of the lock starts with, if any:
+// bad input when the lock was made, or a Client that cannot work (nil,
+// badly made, closed). A lock of several Clients (RedLock) has none here and
+// asks each of its own.
+func (l *handle) usable() error {
+	if l.checkErr != nil {
+		return wrap(l.name, l.checkErr)
+	}
+	if l.c == nil {
+		return nil
+	}
+	if err := l.c.usable(); err != nil {
+		return wrap(l.name, err)
+	}
+	return nil
+}
+
+// checkWait returns the error of a bounded wait that is negative, for the
+// lock called name: bad input.
+func checkWait(name string, wait time.Duration) error {
+	if wait < 0 {
+		return wrap(name, fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	}
+	return nil
+}
+
 // acquire takes a hold of role on key through kind k for an acquisition of
 // its own, or re-enters the hold ctx carries under hk (see heldKey): the one
 // way every single-key lock type locks. wait < 0 waits without bound.

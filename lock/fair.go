@@ -97,8 +97,8 @@ func (f *FairMutex) Lock(ctx context.Context, opts ...LockOption) (context.Conte
 // the lock is free and nobody is in line. A negative wait is an error
 // (ErrInvalid).
 func (f *FairMutex) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
-	if wait < 0 {
-		return ctx, wrap(f.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	if err := checkWait(f.Name(), wait); err != nil {
+		return ctx, err
 	}
 	return f.acquire(ctx, wait, opts)
 }

@@ -42,12 +42,10 @@ import (
 // appear twice are locked once. A MultiLock does no I/O until used and may
 // be copied freely.
 type MultiLock struct {
-	c        *Client
-	label    string     // the names as given, for errors
-	locks    []*Mutex   // in the global order, without duplicates
-	groups   [][]*Mutex // locks that share a hash slot (one group unless Cluster)
-	id       string     // the set's identity in contexts
-	checkErr error
+	handle            // name: the names as given, for errors
+	locks  []*Mutex   // in the global order, without duplicates
+	groups [][]*Mutex // locks that share a hash slot (one group unless Cluster)
+	id     string     // the set's identity in contexts
 }
 
 // multiKey is the context key of a MultiLock's hold.
@@ -77,7 +75,7 @@ type multiHold struct {
 // MultiLock returns the lock over all the names. It does no I/O; no names or
 // an invalid name is reported by the first operation (ErrInvalid).
 func (c *Client) MultiLock(names ...string) *MultiLock {
-	ml := &MultiLock{c: c, label: strings.Join(names, ", ")}
+	ml := &MultiLock{handle: handle{c: c, name: strings.Join(names, ", ")}}
 	switch {
 	case c == nil:
 		ml.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
@@ -133,13 +131,7 @@ func (ml *MultiLock) usable() error {
 	if ml == nil {
 		return fmt.Errorf("%w: nil multilock", ErrInvalid)
 	}
-	if ml.checkErr != nil {
-		return wrap(ml.label, ml.checkErr)
-	}
-	if err := ml.c.usable(); err != nil {
-		return wrap(ml.label, err)
-	}
-	return nil
+	return ml.handle.usable()
 }
 
 // Lock acquires every lock of the set, waiting as long as it takes or until
@@ -159,9 +151,9 @@ func (ml *MultiLock) TryLock(ctx context.Context, wait time.Duration, opts ...Lo
 	if wait < 0 {
 		label := ""
 		if ml != nil {
-			label = ml.label
+			label = ml.name
 		}
-		return ctx, wrap(label, fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+		return ctx, checkWait(label, wait)
 	}
 	return ml.acquire(ctx, wait, opts)
 }
@@ -178,14 +170,14 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	}
 	c := ml.c
 	if ctx == nil {
-		return ctx, noContext(ml.label)
+		return ctx, noContext(ml.name)
 	}
 	lo := c.lockOptions(opts)
 	if lo.err != nil {
-		return ctx, wrap(ml.label, lo.err)
+		return ctx, wrap(ml.name, lo.err)
 	}
 	if ctxutil.Ended(ctx) {
-		return ctx, ctxErr(ml.label, ctx)
+		return ctx, ctxErr(ml.name, ctx)
 	}
 	// A lock ctx holds already is re-entered; the others are taken by an
 	// acquisition of their own, under one new owner id.
@@ -215,7 +207,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 			for _, e := range holds[:i] {
 				e.leave()
 			}
-			return ctx, ctxErr(ml.label, ctx)
+			return ctx, ctxErr(ml.name, ctx)
 		}
 	}
 	defer func() {
@@ -284,7 +276,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 		if channel == "" {
 			var ok bool
 			if ok, _, err = try(ctx); err == nil && !ok {
-				err = notAcquired(ctx, ml.label)
+				err = notAcquired(ctx, ml.name)
 			}
 		} else {
 			err = ml.waitGroup(ctx, g, channel, wait, deadline, gh[0].lease, try)
@@ -317,7 +309,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if len(ml.groups) > 1 {
 		if err := ml.raise(ctx, tokens, floor); err != nil {
 			ml.rollback(ctx, ml.groups, byKey, fresh)
-			return ctx, failed(ctx, ml.label, err)
+			return ctx, failed(ctx, ml.name, err)
 		}
 	}
 
@@ -391,11 +383,11 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 			}
 		}
 	}
-	return false, 0, 0, wrap(ml.label, fmt.Errorf("unexpected reply %v from the multi acquire script", vals))
+	return false, 0, 0, wrap(ml.name, fmt.Errorf("unexpected reply %v from the multi acquire script", vals))
 }
 
 func (ml *MultiLock) failed(ctx context.Context, err error) error {
-	return failed(ctx, ml.label, err)
+	return failed(ctx, ml.name, err)
 }
 
 func holdsByKey(g []*Mutex, gh []*hold) map[string]*hold {
@@ -425,16 +417,16 @@ func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, channel string, 
 		left := wait
 		if wait > 0 {
 			if left = time.Until(deadline); left <= 0 {
-				return notAcquired(ctx, ml.label)
+				return notAcquired(ctx, ml.name)
 			}
 		}
-		err := c.waitFor(ctx, waitSpec{name: ml.label, channel: channel, wait: left, lease: lease, try: run})
+		err := c.waitFor(ctx, waitSpec{name: ml.name, channel: channel, wait: left, lease: lease, try: run})
 		var sw *switchTo
 		if !errors.As(err, &sw) {
 			return err
 		}
 		if wait == 0 {
-			return notAcquired(ctx, ml.label)
+			return notAcquired(ctx, ml.name)
 		}
 		channel = sw.channel
 	}
@@ -465,7 +457,7 @@ func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[
 		}
 		if err := ml.c.run(rctx, multiReleaseScript, keys, args...).Err(); err != nil {
 			ml.c.opts.logger.WarnContext(ctx, "lock: could not roll back part of a MultiLock; it expires with its lease",
-				"locks", ml.label, "err", err)
+				"locks", ml.name, "err", err)
 		}
 		for _, m := range g {
 			if h := byKey[m.key]; fresh[h] {
@@ -614,14 +606,14 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	}
 	c := ml.c
 	if ctx == nil {
-		return noContext(ml.label)
+		return noContext(ml.name)
 	}
 	mh, _ := ctx.Value(multiKey{c, ml.id}).(*multiHold)
 	if mh == nil {
 		if errors.Is(context.Cause(ctx), ErrLost) {
-			return wrap(ml.label, ErrLost)
+			return wrap(ml.name, ErrLost)
 		}
-		return wrap(ml.label, ErrNotHeld)
+		return wrap(ml.name, ErrNotHeld)
 	}
 	holds := mh.holds
 	for _, h := range holds {
@@ -650,7 +642,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		if errors.Is(context.Cause(mh.ctx), ErrLost) {
 			return context.Cause(mh.ctx)
 		}
-		return wrap(ml.label, ErrNotHeld)
+		return wrap(ml.name, ErrNotHeld)
 	}
 
 	var errs []error
@@ -717,7 +709,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		for _, stop := range mh.stops {
 			stop()
 		}
-		mh.cancel(wrap(ml.label, ErrReleased))
+		mh.cancel(wrap(ml.name, ErrReleased))
 		if cause := context.Cause(mh.ctx); len(errs) == 0 && errors.Is(cause, ErrLost) {
 			return cause
 		}

@@ -35,8 +35,7 @@ import (
 // A Mutex does no I/O until used and may be copied freely; all state lives in
 // Redis and in the Client.
 type Mutex struct {
-	c        *Client
-	name     string
+	handle
 	key      string   // the lock hash
 	keys     []string // {lock, token counter}
 	relKeys  []string // {lock, unlock channel}
@@ -44,11 +43,10 @@ type Mutex struct {
 	args     []any    // {lock, token counter, lock, unlock channel, FairMutex line}: keys and freeKeys boxed once, for the hot path's script calls
 	unlockCh string   // where unlock messages are published
 	hk       any      // the context key of its holds (see heldKey)
-	checkErr error
 }
 
 func newMutex(c *Client, name string) *Mutex {
-	m := &Mutex{c: c, name: name}
+	m := &Mutex{handle: handle{c: c, name: name}}
 	if c == nil {
 		m.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
 		return m
@@ -77,13 +75,7 @@ func (m *Mutex) usable() error {
 	if m == nil {
 		return fmt.Errorf("%w: nil mutex", ErrInvalid)
 	}
-	if m.checkErr != nil {
-		return wrap(m.name, m.checkErr)
-	}
-	if err := m.c.usable(); err != nil {
-		return wrap(m.name, err)
-	}
-	return nil
+	return m.handle.usable()
 }
 
 // Lock acquires the lock, waiting as long as it takes or until ctx ends, and
@@ -109,8 +101,8 @@ func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, 
 // ErrNotAcquired. wait 0 makes exactly one attempt. A negative wait is an
 // error (ErrInvalid).
 func (m *Mutex) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
-	if wait < 0 {
-		return ctx, wrap(m.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	if err := checkWait(m.Name(), wait); err != nil {
+		return ctx, err
 	}
 	return m.acquire(ctx, wait, opts)
 }

@@ -60,13 +60,12 @@ import (
 // other there. A RedLock is reentrant through its context. It does no I/O
 // until used and may be copied freely.
 type RedLock struct {
-	name     string
-	clients  []*Client
-	nodes    []*Mutex // nodes[i] is the lock on clients[i]
-	order    []int    // client indexes in a global order (by Client id)
-	quorum   int
-	id       string
-	checkErr error
+	handle  // no Client: it has clients
+	clients []*Client
+	nodes   []*Mutex // nodes[i] is the lock on clients[i]
+	order   []int    // client indexes in a global order (by Client id)
+	quorum  int
+	id      string
 }
 
 // redKey is the context key of a RedLock's hold.
@@ -91,7 +90,7 @@ type redHold struct {
 // independent Redis master. It does no I/O; no clients, a nil or repeated
 // Client or an invalid name is reported by the first operation (ErrInvalid).
 func NewRedLock(name string, clients ...*Client) *RedLock {
-	r := &RedLock{name: name, clients: clients, quorum: len(clients)/2 + 1}
+	r := &RedLock{handle: handle{name: name}, clients: clients, quorum: len(clients)/2 + 1}
 	if len(clients) == 0 {
 		r.checkErr = fmt.Errorf("%w: a RedLock needs at least one Client", ErrInvalid)
 		return r
@@ -143,8 +142,8 @@ func (r *RedLock) usable() error {
 	if r == nil {
 		return fmt.Errorf("%w: nil redlock", ErrInvalid)
 	}
-	if r.checkErr != nil {
-		return wrap(r.name, r.checkErr)
+	if err := r.handle.usable(); err != nil {
+		return err
 	}
 	for _, c := range r.clients {
 		if err := c.usable(); err != nil {
@@ -168,8 +167,8 @@ func (r *RedLock) Lock(ctx context.Context, opts ...LockOption) (context.Context
 // ErrNotAcquired. wait 0 makes exactly one attempt; a negative wait is an
 // error (ErrInvalid).
 func (r *RedLock) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
-	if wait < 0 {
-		return ctx, wrap(r.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	if err := checkWait(r.Name(), wait); err != nil {
+		return ctx, err
 	}
 	return r.acquire(ctx, wait, opts)
 }

@@ -47,15 +47,13 @@ const (
 //
 // An RWMutex does no I/O until used and may be copied freely.
 type RWMutex struct {
-	c        *Client
-	name     string
-	key      string
-	keys     []string // hash, readers, writers, channel
-	wkeys    []string // keys + token counter
-	rk, wk   any      // the context keys of its read and write holds (see heldKey)
-	checkErr error
-	read     readKind
-	write    writeKind
+	handle
+	key    string
+	keys   []string // hash, readers, writers, channel
+	wkeys  []string // keys + token counter
+	rk, wk any      // the context keys of its read and write holds (see heldKey)
+	read   readKind
+	write  writeKind
 }
 
 // readKind is the kind of read holds. over is the write field of the hold a
@@ -69,7 +67,7 @@ type writeKind struct{ rw *RWMutex }
 // RWMutex returns the reader/writer lock called name. It does no I/O; an
 // invalid name is reported by the first operation.
 func (c *Client) RWMutex(name string) *RWMutex {
-	rw := &RWMutex{c: c, name: name}
+	rw := &RWMutex{handle: handle{c: c, name: name}}
 	rw.read.rw, rw.write.rw = rw, rw
 	if c == nil {
 		rw.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
@@ -100,13 +98,7 @@ func (rw *RWMutex) usable() error {
 	if rw == nil {
 		return fmt.Errorf("%w: nil rw mutex", ErrInvalid)
 	}
-	if rw.checkErr != nil {
-		return wrap(rw.name, rw.checkErr)
-	}
-	if err := rw.c.usable(); err != nil {
-		return wrap(rw.name, err)
-	}
-	return nil
+	return rw.handle.usable()
 }
 
 // RLock acquires a read hold, waiting as long as it takes or until ctx ends,
@@ -123,8 +115,8 @@ func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Conte
 // ErrNotAcquired. wait 0 makes exactly one attempt; a negative wait is an
 // error (ErrInvalid).
 func (rw *RWMutex) TryRLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
-	if wait < 0 {
-		return ctx, wrap(rw.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	if err := checkWait(rw.Name(), wait); err != nil {
+		return ctx, err
 	}
 	return rw.rlock(ctx, wait, opts)
 }
@@ -167,8 +159,8 @@ func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Contex
 // ErrNotAcquired (and stops keeping readers out). wait 0 makes exactly one
 // attempt; a negative wait is an error (ErrInvalid).
 func (rw *RWMutex) TryLock(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
-	if wait < 0 {
-		return ctx, wrap(rw.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	if err := checkWait(rw.Name(), wait); err != nil {
+		return ctx, err
 	}
 	return rw.lock(ctx, wait, opts)
 }

@@ -34,20 +34,18 @@ const semChannelPrefix = "redisson_sc"
 //
 // A Semaphore does no I/O until used and may be copied freely.
 type Semaphore struct {
-	c        *Client
-	name     string
-	key      string
-	permits  int
-	keys     []string // sorted set, channel
-	hk       any      // the context key of its permits (see heldKey)
-	checkErr error
+	handle
+	key     string
+	permits int
+	keys    []string // sorted set, channel
+	hk      any      // the context key of its permits (see heldKey)
 }
 
 // Semaphore returns the semaphore called name with permits permits. It does
 // no I/O; an invalid name or a permits count below 1 is reported by the first
 // operation (ErrInvalid).
 func (c *Client) Semaphore(name string, permits int) *Semaphore {
-	s := &Semaphore{c: c, name: name, permits: permits}
+	s := &Semaphore{handle: handle{c: c, name: name}, permits: permits}
 	switch {
 	case c == nil:
 		s.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
@@ -85,13 +83,7 @@ func (s *Semaphore) usable() error {
 	if s == nil {
 		return fmt.Errorf("%w: nil semaphore", ErrInvalid)
 	}
-	if s.checkErr != nil {
-		return wrap(s.name, s.checkErr)
-	}
-	if err := s.c.usable(); err != nil {
-		return wrap(s.name, err)
-	}
-	return nil
+	return s.handle.usable()
 }
 
 // Acquire takes a permit, waiting as long as it takes or until ctx ends, and
@@ -108,8 +100,8 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (context.Co
 // ErrNotAcquired. wait 0 makes exactly one attempt; a negative wait is an
 // error (ErrInvalid).
 func (s *Semaphore) TryAcquire(ctx context.Context, wait time.Duration, opts ...LockOption) (context.Context, error) {
-	if wait < 0 {
-		return ctx, wrap(s.Name(), fmt.Errorf("%w: negative wait %v", ErrInvalid, wait))
+	if err := checkWait(s.Name(), wait); err != nil {
+		return ctx, err
 	}
 	return s.acquire(ctx, wait, opts)
 }

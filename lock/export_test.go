@@ -21,3 +21,8 @@ func DescribeHolds(c *Client) []string {
 	}
 	return out
 }
+
+// RenewScriptSHA is the SHA1 the watchdog's renewals of exclusive and write
+// holds are sent under (EVALSHA), for a test that picks them out of the
+// traffic.
+func RenewScriptSHA() string { return renewScript.Hash() }

@@ -14,6 +14,10 @@
 -- ARGV[4]  how many tokens a first acquisition reserves (default 1)
 -- ARGV[5]  the token counter's idle expiry in milliseconds, "0" for none
 --          (a first acquisition only)
+-- KEYS[3]  optional, for a re-entry that fixes the lease (WithLease) of a
+--          hold the watchdog renewed: the mark "seckillguard_fixed_lease:{<name>}",
+--          set to the owner field with the lock's new expiry, so that a
+--          renewal already on its way does not stretch it (see renew.lua)
 --
 -- Returns one integer (an array reply would cost Redis and the client more
 -- on every acquisition; mutex.go decodes it):
@@ -57,5 +61,8 @@ if held ~= expected + 1 then
   -- (held == expected + 1: applied before, only its reply was lost)
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
 end
-if lease > 0 then redis.call('pexpire', KEYS[1], lease) end
+if lease > 0 then
+  redis.call('pexpire', KEYS[1], lease)
+  if KEYS[3] then redis.call('set', KEYS[3], ARGV[2], 'px', lease) end
+end
 return 0

@@ -12,6 +12,8 @@
 -- ARGV[4]     how long a place in the queue lasts without a sign of life (ms)
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[6]     the token counter's idle expiry in milliseconds, "0" for none
+-- KEYS[6]     optional, for a re-entry that fixes the lease: the fixed-lease
+--             mark, as in acquire.lua
 --
 -- The first waiter that acquires tells the next one, on its channel, the
 -- lease it took ("-<ms>"): that one tries again when the lease ends at the
@@ -34,7 +36,10 @@ if expected > 0 then
   local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  if lease > 0 then redis.call('pexpire', KEYS[1], lease) end
+  if lease > 0 then
+    redis.call('pexpire', KEYS[1], lease)
+    if KEYS[6] then redis.call('set', KEYS[6], me, 'px', lease) end
+  end
   return {1, 0}
 end
 

@@ -11,6 +11,8 @@
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[6]     how long a waiting writer's place lasts without a sign of life (ms)
 -- ARGV[7]     the token counter's idle expiry in milliseconds, "0" for none
+-- KEYS[6]     optional, for a re-entry that fixes the lease: the fixed-lease
+--             mark, as in acquire.lua, with the hash's new expiry
 --
 -- Returns {1, token}  acquired (token 0 on a re-entry)
 --         {0, wait}   refused and waiting; wait: how long to wait for a
@@ -30,7 +32,12 @@ if expected > 0 then
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
   -- The new lease applies to the write hold: the owner's read holds (a
   -- downgrade) keep theirs, so the hash lasts until the longest of them.
-  if lease > 0 then hash_ttl(lease) end
+  if lease > 0 then
+    hash_ttl(lease)
+    if KEYS[6] then
+      redis.call('set', KEYS[6], me, 'px', math.max(redis.call('pttl', KEYS[1]), 1))
+    end
+  end
   return {1, 0}
 end
 if held == 1 then

@@ -26,3 +26,7 @@ func DescribeHolds(c *Client) []string {
 // holds are sent under (EVALSHA), for a test that picks them out of the
 // traffic.
 func RenewScriptSHA() string { return renewScript.Hash() }
+
+// ReleaseScriptSHA is the SHA1 a Mutex's releases (and the rollback of what
+// a lost hold may have left) are sent under.
+func ReleaseScriptSHA() string { return releaseScript.Hash() }

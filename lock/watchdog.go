@@ -30,7 +30,9 @@ type watchdog struct {
 	mu      sync.Mutex
 	holds   map[*renewal]struct{}
 	running bool
-	kick    chan struct{} // capacity 1: a hold was added (re-arm the expiry; start passes if idle)
+	idle    bool          // no pass runs or is scheduled: nothing was held at the last one
+	armed   time.Time     // when the expiry timer fires (see armExpiry); zero while it is stopped
+	kick    chan struct{} // capacity 1: a hold was added that the loop must learn of (see add)
 }
 
 // A renewal is one held lock as the watchdog sees it. Locks of every kind
@@ -69,10 +71,13 @@ func newWatchdog(c *Client) *watchdog {
 
 // add starts renewing h, whose lease runs until until. The script answers 1
 // for each lock it renewed and 0 for each lock it found gone; h.lost is then
-// called, outside the watchdog's lock. The loop learns of h at once, so that
-// h is declared lost by until (less expiryMargin) even if no renewal pass
-// ever gets an answer: a hold cut off right after it was taken is told by
-// its lease end, not when go-redis gives up.
+// called, outside the watchdog's lock. h is declared lost by until (less
+// expiryMargin) even if no renewal pass ever gets an answer: a hold cut off
+// right after it was taken is told by its lease end, not when go-redis
+// gives up. So the loop is woken when its expiry timer would fire too late
+// for h or not at all, and when no pass is scheduled; otherwise the timer
+// fires first, and re-arms itself for h among the others (a hold of the
+// usual lease, added after the others, needs no wake-up).
 func (w *watchdog) add(h *renewal, until time.Time) {
 	w.mu.Lock()
 	h.until = until
@@ -80,10 +85,13 @@ func (w *watchdog) add(h *renewal, until time.Time) {
 	if !w.running {
 		w.running = w.c.goBackground(w.loop)
 	}
+	wake := w.idle || w.armed.IsZero() || until.Add(-w.expiryMargin()).Before(w.armed)
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -113,7 +121,6 @@ func (w *watchdog) loop() {
 	defer expiry.Stop()
 	passes := make(chan time.Duration, 1)
 	var began time.Time
-	idle := false // no pass runs or is scheduled: nothing was held at the last one
 	for {
 		select {
 		case <-tick.C:
@@ -128,8 +135,11 @@ func (w *watchdog) loop() {
 			// A new hold may end before every lease the expiry timer
 			// was set for.
 			w.armExpiry(expiry)
+			w.mu.Lock()
+			idle := w.idle
+			w.idle = false
+			w.mu.Unlock()
 			if idle {
-				idle = false
 				tick.Reset(w.period)
 			}
 		case retry := <-passes:
@@ -138,7 +148,8 @@ func (w *watchdog) loop() {
 				// Nothing was held. A hold added since sent a kick,
 				// which may have been taken while the pass ran: look.
 				w.mu.Lock()
-				idle = len(w.holds) == 0
+				idle := len(w.holds) == 0
+				w.idle = idle
 				w.mu.Unlock()
 				if !idle {
 					tick.Reset(w.period)
@@ -177,12 +188,17 @@ func (w *watchdog) armExpiry(t *time.Timer) {
 			earliest = h.until
 		}
 	}
-	w.mu.Unlock()
-	if earliest.IsZero() {
-		t.Stop()
-		return
+	w.armed = time.Time{}
+	if !earliest.IsZero() {
+		w.armed = earliest.Add(-w.expiryMargin())
 	}
-	t.Reset(max(time.Until(earliest.Add(-w.expiryMargin())), 0))
+	// Reset under mu: an add that reads armed finds the timer set to it.
+	if w.armed.IsZero() {
+		t.Stop()
+	} else {
+		t.Reset(max(time.Until(w.armed), 0))
+	}
+	w.mu.Unlock()
 }
 
 // expireOverdue declares lost every hold whose lease has ended (or is about

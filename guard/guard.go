@@ -45,6 +45,7 @@ import (
 type Guard struct {
 	rdb      redis.UniversalClient
 	locks    *lock.Client
+	keeper   *keeper // renews the in-progress markers of idempotent requests
 	log      *slog.Logger
 	render   ginmw.Renderer // nil: ginmw's default
 	defaults []RouteOption
@@ -77,6 +78,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 	return &Guard{
 		rdb:      rdb,
 		locks:    lock.New(rdb, lockOpts...),
+		keeper:   newKeeper(rdb, o.log),
 		log:      o.log,
 		render:   o.render,
 		defaults: o.defaults,
@@ -90,10 +92,13 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 // context, re-enters it.
 func (g *Guard) Locks() *lock.Client { return g.locks }
 
-// Close stops the Guard's lock Client (its watchdog and subscriptions).
-// Requests still running lose their locks' renewal; close after the HTTP
-// server has drained.
-func (g *Guard) Close() error { return g.locks.Close() }
+// Close stops the Guard's lock Client (its watchdog and subscriptions) and
+// the renewal of idempotency keys in progress. Requests still running lose
+// their locks' and keys' renewal; close after the HTTP server has drained.
+func (g *Guard) Close() error {
+	g.keeper.close()
+	return g.locks.Close()
+}
 
 var defaultGuard atomic.Pointer[Guard]
 

@@ -31,6 +31,7 @@ type idemConfig struct {
 	unscoped          bool
 	fingerprint       Fingerprint
 	ttl               time.Duration
+	lease             time.Duration
 	waitForFirst      time.Duration
 	storeServerErrors bool
 	storeClientErrors bool
@@ -98,6 +99,22 @@ func RecordTTL(d time.Duration) RouteOption {
 	return option(useIdem, "RecordTTL", func(r *route) { r.idem.ttl = d })
 }
 
+// InProgressLease sets how long a key stays in progress unless the instance
+// running its request renews it: the Guard renews it every d/3 while the
+// handler runs, so a key of an instance that died is free again within d.
+// A request whose key could not be renewed before its lease ended, or was
+// found taken over, has its context cancelled with cause lock.ErrLost, and
+// its answer is not stored. On a route that WaitForFirst, the key is held by
+// a semaphore permit of the Guard's lock Client instead, renewed by its
+// watchdog (lock.WithWatchdogTimeout), so that waiting requests are woken
+// when it ends. Default DefaultInProgressLease (30s); at least 30ms.
+func InProgressLease(d time.Duration) RouteOption {
+	if d < 30*time.Millisecond {
+		return invalid("InProgressLease(%v): must be at least 30ms", d)
+	}
+	return option(useIdem, "InProgressLease", func(r *route) { r.idem.lease = d })
+}
+
 // WaitForFirst makes a request whose key is in progress wait up to d for the
 // first request and replay its answer, instead of being answered 409 at
 // once. Default 0: answer 409 with Retry-After.
@@ -155,10 +172,13 @@ const recordPrefix = "seckillguard:idem:"
 var (
 	//go:embed scripts/idem_begin.lua
 	beginSource string
+	//go:embed scripts/idem_take.lua
+	takeSource string
 	//go:embed scripts/idem_finish.lua
 	finishSource string
 
 	beginScript  = redis.NewScript(beginSource)
+	takeScript   = redis.NewScript(takeSource)
 	finishScript = redis.NewScript(finishSource)
 )
 
@@ -176,9 +196,12 @@ var (
 //	409 request_in_progress       the first request with the key still runs
 //	503 idempotency_unavailable   Redis is unreachable (unless FailOpen)
 //
-// While the first request runs, its key is held by a lock of this framework:
-// renewed while the handler works, and expiring by itself if the instance
-// dies, so a key is never stuck "in progress".
+// While the first request runs, its key is marked in progress in Redis,
+// renewed while the handler works and expiring by itself if the instance
+// dies (InProgressLease), so a key is never stuck "in progress". A request
+// that runs its handler costs Redis two round trips: one before the handler
+// (look the key up and mark it) and one after (store the answer, or drop the
+// mark); a replay costs one.
 //
 // Only the handler's own answer is stored, and by default only a 2xx or 3xx
 // one. What the framework answered itself (a later Lock found the key busy
@@ -238,78 +261,19 @@ func (g *Guard) idempotentStep(r route, inner bool) step {
 		c.Set(idemKeyName, id)
 		c.Set(idemFPName, fp)
 
-		// One round trip for a replay.
+		// The key becomes this execution's for as long as ctx lasts, or
+		// the request is answered (a replay, 409, 422, 503) and ok is false.
 		bg, endBegin := g.step(c.Request.Context(), c, StepIdempotencyBegin, "")
-		raw, err := g.rdb.Get(bg, recKey).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
+		take := g.beginIdem
+		if ic.waitForFirst > 0 {
+			take = g.beginIdemWaiting
+		}
+		ctx, marker, release, ok := take(c, r, bg, endBegin, recKey, fp, method, routeName, run)
+		if !ok {
 			return
 		}
-		rec, markerFP, err := decodeRecord(raw)
-		if err != nil {
-			g.log.ErrorContext(c.Request.Context(), "guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
-		}
-		if rec != nil {
-			endBegin(StepResult{Outcome: OutcomeReplay})
-			g.replay(c, rec, fp, method, routeName)
-			return
-		}
-
-		wait := ic.waitForFirst
-		if markerFP != "" && markerFP != fp {
-			wait = 0 // a different request: no point waiting for it
-		}
-		// The key is in progress while this execution holds the key's
-		// single permit: renewed while the handler runs, freed by its lease
-		// if the instance dies. A permit, not a Mutex: it issues no fencing
-		// token (the handler's writes keep the token of the lock that
-		// protects them, if any) and leaves no token counter behind.
-		sem := g.locks.Semaphore(recordPrefix+"{"+id+"}", 1)
-		claimed := time.Now()
-		ctx, err := sem.TryAcquire(c.Request.Context(), wait)
-		waited := time.Since(claimed)
-		switch {
-		case err != nil && c.Request.Context().Err() != nil:
-			endBegin(StepResult{Outcome: OutcomeCancelled, Wait: waited, Err: err})
-			c.AbortWithStatus(StatusClientClosedRequest)
-			return
-		case errors.Is(err, lock.ErrNotAcquired):
-			if markerFP != "" && markerFP != fp {
-				endBegin(StepResult{Outcome: OutcomeMismatch, Wait: waited, Err: err})
-				idem.WithLabelValues(method, routeName, "mismatch").Inc()
-				ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
-				return
-			}
-			endBegin(StepResult{Outcome: OutcomeInProgress, Wait: waited, Err: err})
-			idem.WithLabelValues(method, routeName, "in_progress").Inc()
-			ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
-			return
-		case err != nil:
-			g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
-			return
-		}
-		defer func() {
-			if uerr := sem.Release(ctx); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
-				g.log.ErrorContext(c.Request.Context(), "guard: releasing an idempotency key failed; it frees itself with its lease", "route", routeName, "err", uerr)
-			}
-		}()
-
+		defer release()
 		bctx := context.WithoutCancel(ctx)
-		marker := "p" + fp + ":" + nonce()
-		res, err := beginScript.Run(context.WithoutCancel(bg), g.rdb, []string{recKey}, marker, ic.ttl.Milliseconds()).Text()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
-			return
-		}
-		if res != "" {
-			// Completed while this request waited for the key.
-			if rec, _, err := decodeRecord(res); err == nil && rec != nil {
-				endBegin(StepResult{Outcome: OutcomeReplay, Wait: waited})
-				g.replay(c, rec, fp, method, routeName)
-				return
-			}
-		}
-		endBegin(StepResult{Outcome: OutcomeExecute, Wait: waited})
 
 		idem.WithLabelValues(method, routeName, "executed").Inc()
 		rcd := ginmw.Record(c, ic.maxResponse)
@@ -329,6 +293,137 @@ func (g *Guard) idempotentStep(r route, inner bool) step {
 		done = true
 		g.finish(bctx, c, ctx, ic, rcd, recKey, marker, fp, method, routeName)
 	}
+}
+
+// beginIdem makes the key this execution's in one round trip (idem_begin.lua):
+// the marker it sets lasts for the route's InProgressLease, renewed by the
+// Guard's keeper while the handler runs, so that a dead instance frees the
+// key by itself. A key already completed is replayed, one in progress is
+// answered 409 (422 for another fingerprint), and ok is false. It ends the
+// request's StepIdempotencyBegin (endBegin); bg is that step's context.
+// release ends the renewal and the returned context.
+func (g *Guard) beginIdem(c *gin.Context, r route, bg context.Context, endBegin func(StepResult), recKey, fp, method, routeName string, run func()) (_ context.Context, marker string, release func(), ok bool) {
+	ic := r.idem
+	reqCtx := c.Request.Context()
+	marker = "p" + fp + ":" + nonce()
+	for attempt := 0; ; attempt++ {
+		sent := time.Now()
+		raw, err := beginScript.Run(bg, g.rdb, []string{recKey}, marker, ic.lease.Milliseconds()).Text()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
+			return nil, "", nil, false
+		}
+		if raw == "" {
+			ctx, cancel := context.WithCancelCause(reqCtx)
+			f := g.keeper.keep(reqCtx, recKey, marker, ic.lease, sent, cancel)
+			endBegin(StepResult{Outcome: OutcomeExecute})
+			return ctx, marker, func() { g.keeper.drop(f); cancel(nil) }, true
+		}
+		rec, markerFP, err := decodeRecord(raw)
+		switch {
+		case rec != nil:
+			endBegin(StepResult{Outcome: OutcomeReplay})
+			g.replay(c, rec, fp, method, routeName)
+			return nil, "", nil, false
+		case markerFP != "" && markerFP != fp:
+			endBegin(StepResult{Outcome: OutcomeMismatch})
+			g.metrics.idem.WithLabelValues(method, routeName, "mismatch").Inc()
+			ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
+			return nil, "", nil, false
+		case markerFP != "":
+			endBegin(StepResult{Outcome: OutcomeInProgress})
+			g.metrics.idem.WithLabelValues(method, routeName, "in_progress").Inc()
+			ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
+			return nil, "", nil, false
+		case attempt > 0:
+			g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
+			return nil, "", nil, false
+		}
+		// Unreadable: drop it (if it is still there) and take the key.
+		g.log.ErrorContext(reqCtx, "guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
+		g.dropRecord(context.WithoutCancel(bg), recKey, raw, routeName)
+	}
+}
+
+// beginIdemWaiting is beginIdem for a route that WaitForFirst: the key is
+// held by a semaphore permit of the Guard's lock Client, renewed by its
+// watchdog, and a request that finds it in progress waits for the permit
+// (woken when it is released) and then replays the answer stored
+// meanwhile. The context is the permit's; release frees the permit.
+func (g *Guard) beginIdemWaiting(c *gin.Context, r route, bg context.Context, endBegin func(StepResult), recKey, fp, method, routeName string, run func()) (_ context.Context, marker string, release func(), ok bool) {
+	ic := r.idem
+	idem := g.metrics.idem
+	// One round trip for a replay.
+	raw, err := g.rdb.Get(bg, recKey).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
+		return nil, "", nil, false
+	}
+	rec, markerFP, err := decodeRecord(raw)
+	if err != nil {
+		g.log.ErrorContext(c.Request.Context(), "guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
+	}
+	if rec != nil {
+		endBegin(StepResult{Outcome: OutcomeReplay})
+		g.replay(c, rec, fp, method, routeName)
+		return nil, "", nil, false
+	}
+
+	wait := ic.waitForFirst
+	if markerFP != "" && markerFP != fp {
+		wait = 0 // a different request: no point waiting for it
+	}
+	// A permit, not a Mutex: it issues no fencing token (the handler's
+	// writes keep the token of the lock that protects them, if any) and
+	// leaves no token counter behind.
+	sem := g.locks.Semaphore(strings.TrimSuffix(recKey, ":r"), 1)
+	claimed := time.Now()
+	ctx, err := sem.TryAcquire(c.Request.Context(), wait)
+	waited := time.Since(claimed)
+	switch {
+	case err != nil && c.Request.Context().Err() != nil:
+		endBegin(StepResult{Outcome: OutcomeCancelled, Wait: waited, Err: err})
+		c.AbortWithStatus(StatusClientClosedRequest)
+		return nil, "", nil, false
+	case errors.Is(err, lock.ErrNotAcquired):
+		if markerFP != "" && markerFP != fp {
+			endBegin(StepResult{Outcome: OutcomeMismatch, Wait: waited, Err: err})
+			idem.WithLabelValues(method, routeName, "mismatch").Inc()
+			ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
+			return nil, "", nil, false
+		}
+		endBegin(StepResult{Outcome: OutcomeInProgress, Wait: waited, Err: err})
+		idem.WithLabelValues(method, routeName, "in_progress").Inc()
+		ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
+		return nil, "", nil, false
+	case err != nil:
+		g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
+		return nil, "", nil, false
+	}
+	release = func() {
+		if uerr := sem.Release(ctx); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
+			g.log.ErrorContext(c.Request.Context(), "guard: releasing an idempotency key failed; it frees itself with its lease", "route", routeName, "err", uerr)
+		}
+	}
+
+	marker = "p" + fp + ":" + nonce()
+	res, err := takeScript.Run(context.WithoutCancel(bg), g.rdb, []string{recKey}, marker, ic.ttl.Milliseconds()).Text()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		release()
+		g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
+		return nil, "", nil, false
+	}
+	if res != "" {
+		// Completed while this request waited for the key.
+		if rec, _, err := decodeRecord(res); err == nil && rec != nil {
+			release()
+			endBegin(StepResult{Outcome: OutcomeReplay, Wait: waited})
+			g.replay(c, rec, fp, method, routeName)
+			return nil, "", nil, false
+		}
+	}
+	endBegin(StepResult{Outcome: OutcomeExecute, Wait: waited})
+	return ctx, marker, release, true
 }
 
 // key returns the request's idempotency key; ok is false when there is none

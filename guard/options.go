@@ -59,6 +59,9 @@ const (
 	DefaultRetryAfter = time.Second     // Retry-After of busy and in-progress answers
 	DefaultLongHold   = time.Second     // holds longer than this are logged
 	DefaultRecordTTL  = 24 * time.Hour  // how long an idempotent response is replayed
+	// DefaultInProgressLease is how long an idempotency key stays in
+	// progress without a renewal: lock.DefaultWatchdogTimeout.
+	DefaultInProgressLease = lock.DefaultWatchdogTimeout
 	// DefaultBodyTimeout bounds how long Lock waits for a request's body
 	// before it takes the lock.
 	DefaultBodyTimeout = 5 * time.Second
@@ -73,7 +76,7 @@ const (
 //
 // Some options configure only one of the two middlewares: Wait, Lease, Busy,
 // BodyTimeout, LongHold, Combining, MaxBatch and MaxBatchTime the lock; IdempotencyHeader, IdempotencyKey, OptionalKey,
-// Scope, Unscoped, UseFingerprint, RecordTTL, WaitForFirst,
+// Scope, Unscoped, UseFingerprint, RecordTTL, InProgressLease, WaitForFirst,
 // StoreServerErrors, MaxResponse and ReplayHeaders idempotency. Given to the
 // other middleware such an option would do nothing, so it is refused there
 // too. RetryAfter, FailOpen and BodyLimit configure both. WithDefaults and
@@ -148,6 +151,7 @@ func defaultRoute() route {
 			header:      "Idempotency-Key",
 			required:    true,
 			ttl:         DefaultRecordTTL,
+			lease:       DefaultInProgressLease,
 			maxResponse: ginmw.DefaultRecordLimit,
 			fingerprint: FingerprintAuto,
 		},

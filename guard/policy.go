@@ -38,7 +38,7 @@ import (
 // body_limit (bytes), long_hold, idempotency. Idempotency keys: scope (a
 // template) or unscoped: true, header, key (a template instead of the
 // header), required, fingerprint (auto|raw|json or a list of fields), ttl,
-// wait_for_first, store_client_errors, store_server_errors, max_response,
+// in_progress_lease, wait_for_first, store_client_errors, store_server_errors, max_response,
 // replay_headers.
 // Durations are Go durations ("500ms", "2s").
 type Policies struct {
@@ -277,6 +277,7 @@ type idemSpec struct {
 	Required          *located[bool]          `yaml:"required"`
 	Fingerprint       *located[[]string]      `yaml:"fingerprint"`
 	TTL               *located[time.Duration] `yaml:"ttl"`
+	InProgressLease   *located[time.Duration] `yaml:"in_progress_lease"`
 	WaitForFirst      *located[time.Duration] `yaml:"wait_for_first"`
 	StoreServerErrors *located[bool]          `yaml:"store_server_errors"`
 	StoreClientErrors *located[bool]          `yaml:"store_client_errors"`
@@ -523,6 +524,9 @@ func (is *idemSpec) apply(rp *RoutePolicy, add func(line int, o RouteOption) err
 	}
 	if v := is.TTL; v != nil {
 		try(v.line, RecordTTL(v.value))
+	}
+	if v := is.InProgressLease; v != nil {
+		try(v.line, InProgressLease(v.value))
 	}
 	if v := is.WaitForFirst; v != nil {
 		try(v.line, WaitForFirst(v.value))

@@ -1,14 +1,16 @@
--- idem_begin.lua: the first step of an idempotent request, run while holding
--- the request's in-progress lock. Returns the completed record when the key
--- was completed meanwhile; otherwise marks the key in progress (with the
--- request's fingerprint, so that a concurrent request with another payload
--- can be told apart) and returns nil.
+-- idem_begin.lua: the first step of an idempotent request, its only round
+-- trip before the handler. Returns what the key holds — a completed record
+-- (replay it), or another execution's in-progress marker (409, or 422 for
+-- another fingerprint) — or, when the key is free, marks it in progress for
+-- the lease and returns nil. The marker expires with its lease unless the
+-- executing instance renews it (idem_renew.lua): a dead instance frees the
+-- key by itself.
 --
 -- KEYS[1]  the record: "c" .. JSON when completed, "p" .. fingerprint ":" nonce while in progress
 -- ARGV[1]  this execution's in-progress marker
--- ARGV[2]  its time to live in milliseconds
+-- ARGV[2]  the marker's lease in milliseconds
 local v = redis.call('get', KEYS[1])
-if v and string.sub(v, 1, 1) == 'c' then
+if v then
   return v
 end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -42,11 +42,10 @@ const (
 // the acquire script (the first attempt, which takes a place in line; the
 // attempt after subscribing to the waiter's own channel, which catches an
 // unlock that came in between, as Redisson's does; the attempt when woken)
-// and a subscription of its own, and its release a fourth script call. With
-// 64 waiters on one key that is about 51 commands run by Redis per
-// acquisition against the Mutex's 3.6, and half its throughput (see
-// docs/BENCHMARKS.md). Prefer a Mutex unless arrival order across processes
-// matters.
+// and a subscription of its own, and its release a fourth script call: on
+// a hot key many times the Redis work of a Mutex's acquisition, and less
+// throughput (docs/BENCHMARKS.md has the figures). Prefer a Mutex unless
+// arrival order across processes matters.
 //
 // A FairMutex does no I/O until used and may be copied freely.
 type FairMutex struct {

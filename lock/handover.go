@@ -82,12 +82,10 @@ func (h *hold) granted(at time.Time, tok, top fencing.Token) {
 // A turn costs Redis about 12 commands (the release and its message, the
 // next Client's acquisition, the others' PTTL looks, now and then a count
 // of the listeners), a handover 3, so a longer turn costs Redis less per
-// acquisition and keeps the other Clients waiting longer. Measured on one
-// hot key (4 Clients x 16 goroutines, 200 us sections, turns in strict
-// rotation: see turnStagger): turns of 9 ran 4.11 commands per acquisition
-// with a p99 wait of 29 ms, turns of 12 3.83 and 37 ms, turns of 16 3.62
-// and 26 ms (every waiter of a Client served in one turn there); with 2 ms
-// sections 12 gave a p99 of 192 ms, 16 138 ms.
+// acquisition and keeps the other Clients waiting longer. 16 holders a turn
+// is where the hot-key runs of the benchmarks had both the fewest commands
+// per acquisition and the shortest p99 wait among the lengths tried (the
+// figures: "Turn lengths" in docs/BENCHMARKS.md).
 const cohortLimit = 15
 
 // tokenBlock is how many fencing tokens a Mutex's acquisition reserves, its

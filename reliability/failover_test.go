@@ -65,19 +65,26 @@ func buyOnce(client *http.Client, url, sku, user, hold string) (int, string) {
 
 // A lock lost in a failover (Redis replicates asynchronously, so the lock a
 // master granted may never reach its replica): a buyer takes the lock on
-// the master, the master dies before its replica has the lock, the replica
-// is promoted without it, and a second buyer gets the same lock while the
-// first is still inside, stalled between its read and its write. The first
-// buyer is told it lost the lock and its writes are refused: one unit, one
-// order.
+// the master and stalls between its read and its write, the master dies
+// before its replica has the lock, and the replica is promoted without it.
+// The first buyer's instance renews every 5 s (watchdog 15 s): its lease
+// outlasts the failover, so what tells it is its renewal on the new master
+// finding the lock gone — within a renewal period of the failover, long
+// before its lease could run out by its own clock. A second buyer then gets
+// the same lock while the first is still inside; the first, released,
+// writes nothing: one unit, one order, the second's token newer.
 func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
-	const sku = "sku-ghost"
+	const (
+		sku      = "sku-ghost"
+		watchdog = 15 * time.Second
+		period   = watchdog / 3
+	)
 	env := testenv.Sentinel(t)
 	dsn := testenv.MySQL(t)
 	db := seedShop(t, dsn, sku, 10)
-	shops, urls := failoverShops(t, env, dsn, time.Second)
-	client := &http.Client{Timeout: 30 * time.Second}
-	buy := func(url, user, hold string) (int, string) { return buyOnce(client, url, sku, user, hold) }
+	shops, urls := failoverShops(t, env, dsn, watchdog)
+	client := &http.Client{Timeout: 60 * time.Second}
+	buy := func(url, user string) (int, string) { return buyOnce(client, url, sku, user, "") }
 
 	rec := history.NewRecorder()
 	for _, in := range shops {
@@ -91,29 +98,55 @@ func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
 		status int
 		code   string
 	}
+	slowStall := shops[0].stall("slow")
 	first := make(chan answer, 1)
 	go func() {
-		s, c := buy(urls[0], "slow", "4s")
+		s, c := buy(urls[0], "slow")
 		first <- answer{s, c}
 	}()
+	select {
+	case <-slowStall.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first buyer never read under its lock")
+	}
+	acquired := time.Now() // the lock was taken a little before
 	lockKey := "sku:" + sku
-	eventually(t, 5*time.Second, "the first buyer holding the lock on the master", func() bool {
-		return env.Master.Do("EXISTS", lockKey) == int64(1)
-	})
+	if env.Master.Do("EXISTS", lockKey) != int64(1) {
+		t.Fatal("the first buyer's lock is not on the master")
+	}
 	env.Master.Kill()
 	env.Replica.Resume()
 	env.WaitForFailover(30 * time.Second)
+	failedOver := time.Now()
 	if env.Replica.Do("EXISTS", lockKey) != int64(0) {
 		t.Fatal("the promoted replica has the lock: the ghost-lock scenario did not happen")
 	}
 
-	status, code := buy(urls[1], "fast", "")
+	// Told by the watchdog within a renewal period (and slack) of the
+	// failover: its lease, by its own clock, runs until about 14 s after
+	// the acquisition, and renewals answered by the new master never let
+	// it run out.
+	bound := failedOver.Add(period + 2*time.Second)
+	if end := acquired.Add(watchdog - watchdog/20 - time.Second); bound.After(end) {
+		t.Fatalf("the failover took %v: a notice by then cannot tell the watchdog's finding from the lease's end", failedOver.Sub(acquired))
+	}
+	select {
+	case <-slowStall.ctx.Done():
+	case <-time.After(time.Until(bound)):
+		t.Errorf("the first buyer, whose lock the failover lost, was not told within %v of the failover (its lease ends about %v after the acquisition)",
+			bound.Sub(failedOver), watchdog)
+	}
+	toldAfter := time.Since(acquired)
+	cause := context.Cause(slowStall.ctx)
+
+	status, code := buy(urls[1], "fast")
 	if status != http.StatusCreated {
 		t.Fatalf("the second buyer on the promoted replica: %d %s, want 201", status, code)
 	}
 	if len(first) != 0 {
 		t.Fatal("the first buyer was done before the second got in: the two holds did not overlap")
 	}
+	close(slowStall.release)
 	a := <-first
 	if a.status != http.StatusConflict || (a.code != "stale_write" && a.code != "lock_lost") {
 		t.Fatalf("the first buyer, whose lock the failover lost: %d %s, want 409 stale_write or lock_lost", a.status, a.code)
@@ -127,11 +160,12 @@ func TestFailover_LockMissingOnThePromotedReplicaIsFencedOff(t *testing.T) {
 	}
 	// The first buyer was told, while it was inside, that its lock was lost;
 	// the second's token is newer; the history is clean.
-	if n := shops[0].told.Load(); n != 1 {
-		t.Errorf("instance 0 saw %d purchases told of a lost lock, want the first buyer's", n)
+	if n := shops[0].told.Load(); n != 1 || !errors.Is(cause, lock.ErrLost) || !slowStall.toldBeforeWrite.Load() {
+		t.Errorf("instance 0 saw %d purchases told of a lost lock; the first buyer's cause %v: want it told (lock.ErrLost) before its write", n, cause)
 	}
 	r := checkShop(t, rec, db, sku, 10)
-	t.Logf("the first buyer was answered %d %s; the second bought the unit; %s", a.status, a.code, r)
+	t.Logf("failover %v after the acquisition; the first buyer told %v after it (%v); answered %d %s; the second bought the unit; %s",
+		failedOver.Sub(acquired).Round(time.Millisecond), toldAfter.Round(time.Millisecond), cause, a.status, a.code, r)
 	var slow, fast *history.Hold
 	h := rec.History()
 	for i, x := range h.Holds {

@@ -411,8 +411,12 @@ func (g *Guard) holdFor(m *member, mu *lock.Mutex, wait time.Duration, opts []lo
 func (g *Guard) runBatch(cb *combiner, l *line, key string, m *member, r route, hold context.Context, unlock, closeIntake func(), locked bool) {
 	method, routeName := routeOf(m.c)
 	b := &batch{s: r.session, hold: hold, locked: locked}
+	over := false // the batch is over: what panics now is m's own answer
 	defer func() {
 		if v := recover(); v != nil {
+			if over {
+				panic(v)
+			}
 			// The Session itself panicked: nothing of the batch is kept.
 			if m.w != nil {
 				m.w.discard()
@@ -468,6 +472,7 @@ func (g *Guard) runBatch(cb *combiner, l *line, key string, m *member, r route, 
 	for _, o := range b.members[1:] {
 		o.msgs <- message{kind: msgOutcome, err: failed}
 	}
+	over = true
 	m.answer(g, failed)
 }
 

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -717,4 +718,97 @@ func TestStepHook_ACombiningRouteReportsOneLockPerBatchAndEveryTurn(t *testing.T
 		}
 		return true
 	})
+}
+
+func TestMetrics_ACombiningRouteHasItsBatchSeriesAtZeroFromLoading(t *testing.T) {
+	pol, err := guard.ParsePolicies("test.yaml", []byte("routes:\n  - route: POST /buy/:sku\n    lock: \"zero:<sku>\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := pol.With("POST /buy/:sku", guard.Combining(&countSession{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(testenv.Redis(t).Client(), guard.WithLogger(quiet))
+	defer g.Close()
+	g.Policies(with)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(g.Collector())
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]string{}
+	for _, f := range fams {
+		switch f.GetName() {
+		case "seckillguard_batch_size", "seckillguard_combined_requests_total":
+			for _, m := range f.GetMetric() {
+				found[f.GetName()] = fmt.Sprintf("%s %s count=%d value=%v", label(m, "method"), label(m, "route"),
+					m.GetHistogram().GetSampleCount(), m.GetCounter().GetValue())
+			}
+		}
+	}
+	want := map[string]string{
+		"seckillguard_batch_size":              "POST /buy/:sku count=0 value=0",
+		"seckillguard_combined_requests_total": "POST /buy/:sku count=0 value=0",
+	}
+	for name, w := range want {
+		if found[name] != w {
+			t.Errorf("%s after loading: %q, want %q (labelled by route template, at zero)", name, found[name], w)
+		}
+	}
+}
+
+func TestCombine_APanickingHandlerFailsOnlyItsOwnRequest(t *testing.T) {
+	for _, who := range []string{"leader", "follower-1"} {
+		t.Run(who+" panics", func(t *testing.T) {
+			srv := testenv.Redis(t)
+			lines := watchLines(t)
+			s := &countSession{}
+			gate, started := make(chan struct{}), make(chan struct{})
+			key := "panic-" + who
+			in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+				r.POST("/buy/:id", g.Lock(key+":<id>", guard.Combining(s), guard.MaxBatchTime(time.Minute)), func(c *gin.Context) {
+					u := c.GetHeader("X-User")
+					if u == "leader" {
+						close(started)
+						<-gate
+					}
+					if u == who {
+						panic("handler bug")
+					}
+					c.Status(http.StatusCreated)
+				})
+			})
+			var wg sync.WaitGroup
+			var statuses sync.Map
+			send := func(u string) {
+				wg.Go(func() { statuses.Store(u, do(t, "POST", in.srv.URL+"/buy/1", "", "X-User", u).status) })
+			}
+			send("leader")
+			<-started
+			for i, u := range []string{"follower-1", "follower-2"} {
+				send(u)
+				lines.wait(t, key+":1", i+1)
+			}
+			close(gate)
+			wg.Wait()
+			statuses.Range(func(u, st any) bool {
+				want := http.StatusCreated
+				if u == who {
+					want = http.StatusInternalServerError
+				}
+				if st != want {
+					t.Errorf("%s: %v, want %d", u, st, want)
+				}
+				return true
+			})
+			if begins, commits, _ := s.counts(); commits != 1 {
+				t.Errorf("%d batches begun, %d committed; want the batch committed once for the two that did not panic", begins, commits)
+			}
+			if holds, _ := histogram(t, in.g, "seckillguard_lock_hold_seconds"); holds != 1 {
+				t.Errorf("%d holds ended for one batch; want one, released once", holds)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -201,6 +202,9 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	}
 	if c.closed() && c.holds.lose(h) {
 		h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
+	}
+	if cause := context.Cause(h.ctx); h.fixed && errors.Is(cause, ErrLost) && c.holds.lose(h) {
+		h.end(cause) // its lease ran out before it was pinned (see expireAt)
 	}
 }
 

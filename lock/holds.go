@@ -127,15 +127,32 @@ func (t *holdTable) size() int {
 	return len(t.m)
 }
 
-// expireAt makes h's context end with cause ErrLost at t, when its fixed
-// lease runs out, instead of whenever it was to end before.
+// expireAt makes h end with cause ErrLost at at, when its fixed lease runs
+// out, instead of whenever it was to end before: its context is cancelled
+// and the Client forgets it, as the watchdog does with a hold it finds lost,
+// so that a hold left to its lease (never unlocked) is not kept registered
+// for as long as the Client lives. The lock expires in Redis by itself, at
+// that moment or a little after (its lease was set after at was measured);
+// a later Unlock answers ErrLost.
 func (h *hold) expireAt(at time.Time) {
 	lease := h.lease
-	timer := time.AfterFunc(time.Until(at), func() {
-		h.cancel(lostError(h.name, "its lease of "+lease.String()+" ran out"))
-	})
 	t := &h.c.holds
-	t.mu.Lock()
+	var timer *time.Timer
+	t.mu.Lock() // the timer is h.expiry before it can fire
+	timer = time.AfterFunc(time.Until(at), func() {
+		t.mu.Lock()
+		current := h.expiry == timer
+		t.mu.Unlock()
+		if !current {
+			return // replaced by a re-entry's new lease, or ended
+		}
+		cause := lostError(h.name, "its lease of "+lease.String()+" ran out")
+		if t.lose(h) {
+			h.end(cause)
+			return
+		}
+		h.cancel(cause)
+	})
 	old := h.expiry
 	h.expiry = timer
 	t.mu.Unlock()

@@ -167,6 +167,13 @@ func TestCombine_ThreeInstancesSellOneSKUExactly(t *testing.T) {
 			if combined == 0 {
 				t.Error("no request ran in another's batch: the sale did not combine")
 			}
+			// Turns go round the instances: every one of them took the
+			// lock for batches of its own.
+			for i, in := range ins {
+				if n := counter(in, "seckillguard_lock_acquired_total", "", ""); n < 2 {
+					t.Errorf("instance %d took the lock %v times: the turns did not go round", i, n)
+				}
+			}
 			if tc.lost && lost == 0 {
 				t.Error("no lock was lost: the fault did not happen")
 			}

@@ -76,9 +76,11 @@ const (
 //     was lost or a write refused as stale, and 503 "batch_failed"
 //     otherwise; none of them is stored by Idempotent.
 //   - Each request keeps its own context: its Idempotent record, its
-//     deadline, its cancellation. One that ends while it waits in line
-//     leaves without affecting the batch (answered 499, or 429 busy when
-//     its Wait ran out first). The handler's request context carries the
+//     deadline, its cancellation. A request waits in line at most the
+//     route's Wait from its arrival, as it would wait for the lock (so a
+//     route with Wait(0) combines nothing); one that ends or runs out of
+//     Wait while it waits in line leaves without affecting the batch
+//     (answered 499, or 429 busy). The handler's request context carries the
 //     lock's token and the Session's work and is cancelled when the
 //     request ends or the lock is lost; the work's own statements run in
 //     the batch's context, so a request that goes away during its turn

@@ -42,8 +42,11 @@ type Session interface {
 
 // Defaults of the combining options.
 const (
-	// DefaultMaxBatch is the most requests one batch runs.
-	DefaultMaxBatch = 32
+	// DefaultMaxBatch is the most requests one batch runs: as many as
+	// the clients a busy instance usually has in flight, so that one batch
+	// takes everyone who waits (32 measured lower throughput and a higher
+	// p99 on one hot SKU with 64 clients).
+	DefaultMaxBatch = 64
 	// DefaultMaxBatchTime bounds how long a batch takes in requests: after
 	// it, the holder runs what it took, commits and lets the lock go, so
 	// that a steady stream of one instance's requests never keeps the lock
@@ -98,7 +101,7 @@ func Combining(s Session) RouteOption {
 }
 
 // MaxBatch sets the most requests one batch of a Combining route runs.
-// Default DefaultMaxBatch (32); 1 turns combining off (every request runs
+// Default DefaultMaxBatch (64); 1 turns combining off (every request runs
 // alone in its Session).
 func MaxBatch(n int) RouteOption {
 	if n < 1 {

@@ -180,41 +180,15 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 		return ctx, ctxErr(ml.name, ctx)
 	}
 	// A lock ctx holds already is re-entered; the others are taken by an
-	// acquisition of their own, under one new owner id.
-	var owner int64
-	holds := make([]*hold, len(ml.locks))
-	carried := make([]bool, len(ml.locks))
-	for i, m := range ml.locks {
-		if h := heldBy(ctx, m.hk); h != nil {
-			c.holds.refAgain(h)
-			holds[i], carried[i] = h, true
-			continue
-		}
-		if owner == 0 {
-			owner = c.owners.Add(1)
-		}
-		holds[i] = c.holds.ref(c, holdID{m.key, exclusive, owner}, m.hk, m.name)
+	// acquisition of their own, under one new owner id. The semaphores are
+	// taken in the global order too: two MultiLocks of one owner cannot
+	// deadlock here either.
+	p, err := enterParts(ctx, ml.name, ml.locks, nil, false)
+	if err != nil {
+		return ctx, err
 	}
-	defer func() {
-		for _, h := range holds {
-			c.holds.unref(h)
-		}
-	}()
-	// The semaphores are taken in the global order too: two MultiLocks of
-	// one owner cannot deadlock here either.
-	for i, h := range holds {
-		if h.enter(ctx) != nil {
-			for _, e := range holds[:i] {
-				e.leave()
-			}
-			return ctx, ctxErr(ml.name, ctx)
-		}
-	}
-	defer func() {
-		for _, h := range holds {
-			h.leave()
-		}
-	}()
+	defer p.exit()
+	holds, carried := p.holds, p.carried
 	for i, h := range holds {
 		if carried[i] && (h.levels == 0 || !c.holds.stillHeld(h)) {
 			// Released or lost a moment ago: ctx ends with it.
@@ -544,17 +518,8 @@ func (ml *MultiLock) enter(ctx context.Context, holds []*hold, carried []bool, t
 // parentEnded ends the acquisition mh of the MultiLock because the context
 // it was taken with ended (see endWithParent).
 func (ml *MultiLock) parentEnded(mh *multiHold) {
-	c := ml.c
-	for _, h := range mh.holds {
-		c.holds.refAgain(h)
-		_ = h.enter(context.Background())
-	}
-	defer func() {
-		for _, h := range mh.holds {
-			h.leave()
-			c.holds.unref(h)
-		}
-	}()
+	enterAll(mh.holds)
+	defer exitAll(mh.holds)
 	ml.endWithParent(mh)
 }
 
@@ -616,22 +581,8 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		return wrap(ml.name, ErrNotHeld)
 	}
 	holds := mh.holds
-	for _, h := range holds {
-		c.holds.refAgain(h)
-	}
-	defer func() {
-		for _, h := range holds {
-			c.holds.unref(h)
-		}
-	}()
-	for _, h := range holds {
-		_ = h.enter(context.Background())
-	}
-	defer func() {
-		for _, h := range holds {
-			h.leave()
-		}
-	}()
+	enterAll(holds)
+	defer exitAll(holds)
 	if mh.levels > 0 && mh.parent.Err() != nil {
 		ml.endWithParent(mh) // its context ended: it is released by now, or here
 	}

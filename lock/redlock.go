@@ -238,34 +238,12 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 
 	// A node whose lock ctx holds already (a Mutex of the name on that
 	// node's Client) is re-entered; the others are taken afresh.
-	holds := make([]*hold, len(r.clients))
-	carried := make([]bool, len(r.clients))
-	for i, c := range r.clients {
-		if h := heldBy(ctx, r.nodes[i].hk); h != nil && c.holds.stillHeld(h) {
-			c.holds.refAgain(h)
-			holds[i], carried[i] = h, true
-			continue
-		}
-		holds[i] = c.holds.ref(c, holdID{r.nodes[i].key, exclusive, c.owners.Add(1)}, r.nodes[i].hk, r.name)
+	p, err := enterParts(ctx, r.name, r.nodes, r.order, true)
+	if err != nil {
+		return ctx, err
 	}
-	defer func() {
-		for i, h := range holds {
-			r.clients[i].holds.unref(h)
-		}
-	}()
-	for n, i := range r.order {
-		if holds[i].enter(ctx) != nil {
-			for _, j := range r.order[:n] {
-				holds[j].leave()
-			}
-			return ctx, ctxErr(r.name, ctx)
-		}
-	}
-	defer func() {
-		for _, h := range holds {
-			h.leave()
-		}
-	}()
+	defer p.exit()
+	holds, carried := p.holds, p.carried
 
 	lease, nodeTimeout, drift := r.timing(lo)
 	var (
@@ -372,7 +350,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 			rw.home = i
 		}
 	}
-	err := r.clients[rw.home].waitFor(ctx, waitSpec{
+	err = r.clients[rw.home].waitFor(ctx, waitSpec{
 		name: r.name, channel: r.nodes[rw.home].unlockCh, wait: wait, lease: lease, try: try,
 		subscribe: rw.subscribe, eager: reentry,
 	})

@@ -1,6 +1,10 @@
 package lock
 
-import "context"
+import (
+	"context"
+
+	"github.com/seckillguard/seckillguard/fencing"
+)
 
 // The compound locks, MultiLock and RedLock, hold one Mutex hold per part (a
 // lock of the set, a node) and share the way they take them: the holds of
@@ -92,4 +96,74 @@ func unrefAll(holds []*hold) {
 	for _, h := range holds {
 		h.c.holds.unref(h)
 	}
+}
+
+// A compoundHold is one acquisition of a compound lock and its re-entries:
+// the holds of its parts and the context Lock returned. Its fields change
+// under its kind's rule (a MultiLock's under its parts' semaphores, a
+// RedLock's under redHold.mu).
+type compoundHold struct {
+	holds   []*hold         // its parts' holds, in the order of the lock's parts (a RedLock's: nil for a node it did not take)
+	carried []bool          // holds[i] was held by the acquiring context already: the acquisition re-entered it
+	parent  context.Context // the context it was taken with
+
+	levels int
+	ended  bool // released because the context it was taken with ended
+
+	token    fencing.Token
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopLife func() bool   // stops the release that parent's end triggers (see publish)
+	stops    []func() bool // stop watching the parts (see watch)
+}
+
+// begin starts ch's context below parent, the context the acquisition was
+// made with; the kind adds what it needs to it and passes it to publish.
+func (ch *compoundHold) begin(parent context.Context) context.Context {
+	ch.parent = parent
+	ctx, cancel := context.WithCancelCause(parent)
+	ch.cancel = cancel
+	return ctx
+}
+
+// watch calls ended with the index and the cause of each part whose hold's
+// context ends, until stopParts.
+func (ch *compoundHold) watch(ended func(i int, cause error)) {
+	for i, h := range ch.holds {
+		if h == nil {
+			continue
+		}
+		hctx := h.ctx
+		ch.stops = append(ch.stops, context.AfterFunc(hctx, func() { ended(i, context.Cause(hctx)) }))
+	}
+}
+
+// publish finishes ch's context, ctx (from begin): it carries v (the kind's
+// hold) under key and ch.token, and when ch.parent ends, parentEnded
+// releases the acquisition (unless stopLife stops it first). It returns
+// ch.ctx.
+func (ch *compoundHold) publish(ctx context.Context, key, v any, parentEnded func()) context.Context {
+	ctx = context.WithValue(ctx, key, v)
+	ch.ctx = fencing.WithToken(ctx, ch.token)
+	if ch.parent.Done() != nil {
+		ch.stopLife = context.AfterFunc(ch.parent, parentEnded)
+	}
+	return ch.ctx
+}
+
+// stopParts stops watching the parts.
+func (ch *compoundHold) stopParts() {
+	for _, stop := range ch.stops {
+		stop()
+	}
+}
+
+// stopWatching stops the release at parent's end and the watching of the
+// parts: the final Unlock is under way.
+func (ch *compoundHold) stopWatching() {
+	if ch.stopLife != nil {
+		ch.stopLife()
+		ch.stopLife = nil
+	}
+	ch.stopParts()
 }

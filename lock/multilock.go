@@ -56,20 +56,9 @@ type multiKey struct {
 
 // A multiHold is one acquisition of a MultiLock and its re-entries.
 type multiHold struct {
-	holds   []*hold         // its locks' holds, in the global order
-	carried []bool          // holds[i] was held by the acquiring context already: the MultiLock re-entered it
-	parent  context.Context // the context it was taken with
+	compoundHold // guarded by the semaphores of its holds, as is done
 
-	// Guarded by the semaphores of the member holds.
-	levels   int
-	done     map[string]bool // locks an Unlock in progress has released already (it failed on others)
-	ended    bool            // released because the context it was taken with ended
-	stopLife func() bool     // stops that release (see parentEnded)
-
-	token  fencing.Token
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stops  []func() bool
+	done map[string]bool // locks an Unlock in progress has released already (it failed on others)
 }
 
 // MultiLock returns the lock over all the names. It does no I/O; no names or
@@ -497,22 +486,15 @@ func (ml *MultiLock) enter(ctx context.Context, holds []*hold, carried []bool, t
 		mh.levels++
 		return ctx
 	}
-	mh := &multiHold{levels: 1, token: token, holds: holds, carried: carried, parent: ctx}
-	mctx, cancel := context.WithCancelCause(ctx)
-	mh.cancel = cancel
+	mh := &multiHold{compoundHold: compoundHold{levels: 1, token: token, holds: holds, carried: carried}}
+	mctx := mh.begin(ctx)
+	mh.watch(func(_ int, cause error) { mh.cancel(cause) })
 	for i, h := range holds {
-		hctx := h.ctx
-		mh.stops = append(mh.stops, context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) }))
 		if !carried[i] {
 			mctx = context.WithValue(mctx, h.hk, h) // a Mutex of the name re-enters it
 		}
 	}
-	mctx = context.WithValue(mctx, key, mh)
-	mh.ctx = fencing.WithToken(mctx, token)
-	if ctx.Done() != nil {
-		mh.stopLife = context.AfterFunc(ctx, func() { ml.parentEnded(mh) })
-	}
-	return mh.ctx
+	return mh.publish(mctx, key, mh, func() { ml.parentEnded(mh) })
 }
 
 // parentEnded ends the acquisition mh of the MultiLock because the context
@@ -552,9 +534,7 @@ func (ml *MultiLock) endWithParent(mh *multiHold) {
 			}
 		}
 	}
-	for _, stop := range mh.stops {
-		stop()
-	}
+	mh.stopParts()
 	mh.cancel(context.Cause(mh.parent))
 }
 
@@ -653,13 +633,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	mh.levels--
 	mh.done = nil
 	if mh.levels == 0 {
-		if mh.stopLife != nil {
-			mh.stopLife()
-			mh.stopLife = nil
-		}
-		for _, stop := range mh.stops {
-			stop()
-		}
+		mh.stopWatching()
 		mh.cancel(wrap(ml.name, ErrReleased))
 		if cause := context.Cause(mh.ctx); len(errs) == 0 && errors.Is(cause, ErrLost) {
 			return cause

@@ -73,17 +73,11 @@ type redKey struct{ id string }
 
 // A redHold is one acquisition of a RedLock and its re-entries.
 type redHold struct {
-	mu       sync.Mutex
-	levels   int
-	alive    int     // nodes still held
-	nodes    []*hold // the nodes it holds, by client index; nil where it has none
-	carried  []bool  // nodes[i] was held by the acquiring context already: the RedLock re-entered it
-	ended    bool    // released because the context it was taken with ended
-	stopLife func() bool
-	stops    []func() bool
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	expire   context.CancelFunc // releases the validity timer; nil without WithLease
+	compoundHold // its holds are the nodes it holds, by client index; nil where it has none
+
+	mu     sync.Mutex         // guards levels, ended and alive
+	alive  int                // nodes still held
+	expire context.CancelFunc // releases the validity timer; nil without WithLease
 }
 
 // NewRedLock returns the lock called name over clients, one Client per
@@ -363,9 +357,8 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 
 // hold records the acquisition that took the nodes marked in taken.
 func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []bool, token fencing.Token, lo lockOptions, lease, drift time.Duration, start time.Time) context.Context {
-	rh := &redHold{levels: 1, nodes: make([]*hold, len(holds)), carried: carried}
-	rctx, cancel := context.WithCancelCause(base)
-	rh.cancel = cancel
+	rh := &redHold{compoundHold: compoundHold{levels: 1, holds: make([]*hold, len(holds)), carried: carried, token: token}}
+	rctx := rh.begin(base)
 	if lo.lease > 0 {
 		rctx, rh.expire = context.WithDeadlineCause(rctx, start.Add(lease-drift),
 			lostError(r.name, "its validity of "+(lease-drift).String()+" ran out"))
@@ -374,7 +367,7 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 		if !taken[i] {
 			continue
 		}
-		rh.nodes[i] = h
+		rh.holds[i] = h
 		rh.alive++
 		if h.levels > 0 {
 			h.levels++
@@ -390,31 +383,20 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 		r.clients[i].establish(base, h, start)
 		h.tieToParent()
 	}
-	for i, h := range rh.nodes {
-		if h == nil {
-			continue
+	rh.watch(func(i int, cause error) {
+		if !errors.Is(cause, ErrLost) && !errors.Is(cause, ErrReleased) {
+			return // the caller's context ended: the RedLock's ends with it
 		}
-		hctx := h.ctx
-		rh.stops = append(rh.stops, context.AfterFunc(hctx, func() {
-			if cause := context.Cause(hctx); !errors.Is(cause, ErrLost) && !errors.Is(cause, ErrReleased) {
-				return // the caller's context ended: the RedLock's ends with it
-			}
-			rh.mu.Lock()
-			rh.alive--
-			alive := rh.alive
-			rh.mu.Unlock()
-			if alive < r.quorum {
-				cancel(fmt.Errorf("lock %q: %w: %w: %d of %d nodes left (node %d: %w)",
-					r.name, ErrLost, ErrNoQuorum, alive, len(r.clients), i, context.Cause(hctx)))
-			}
-		}))
-	}
-	rctx = context.WithValue(rctx, redKey{r.id}, rh)
-	rh.ctx = fencing.WithToken(rctx, token)
-	if base.Done() != nil {
-		rh.stopLife = context.AfterFunc(base, func() { r.parentEnded(rh) })
-	}
-	return rh.ctx
+		rh.mu.Lock()
+		rh.alive--
+		alive := rh.alive
+		rh.mu.Unlock()
+		if alive < r.quorum {
+			rh.cancel(fmt.Errorf("lock %q: %w: %w: %d of %d nodes left (node %d: %w)",
+				r.name, ErrLost, ErrNoQuorum, alive, len(r.clients), i, cause))
+		}
+	})
+	return rh.publish(rctx, redKey{r.id}, rh, func() { r.parentEnded(rh) })
 }
 
 // parentEnded releases the RedLock acquisition rh because the context it was
@@ -430,7 +412,7 @@ func (r *RedLock) parentEnded(rh *redHold) {
 	if !final {
 		return
 	}
-	for i, h := range rh.nodes {
+	for i, h := range rh.holds {
 		if h == nil || !rh.carried[i] {
 			continue
 		}
@@ -445,9 +427,7 @@ func (r *RedLock) parentEnded(rh *redHold) {
 		h.leave()
 		c.holds.unref(h)
 	}
-	for _, stop := range rh.stops {
-		stop()
-	}
+	rh.stopParts()
 	if rh.expire != nil {
 		rh.expire()
 	}
@@ -548,15 +528,10 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	if !final {
 		return nil
 	}
-	if rh.stopLife != nil {
-		rh.stopLife()
-	}
-	for _, stop := range rh.stops {
-		stop()
-	}
+	rh.stopWatching()
 	_, timeout, _ := r.timing(lockOptions{})
 	var wg sync.WaitGroup
-	for i, h := range rh.nodes {
+	for i, h := range rh.holds {
 		if h == nil {
 			continue
 		}

@@ -433,8 +433,7 @@ func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[
 // raise makes every token counter of the set at least t, so that the token
 // of the MultiLock is valid for each of its locks.
 func (ml *MultiLock) raise(ctx context.Context, tokens []fencing.Token, t fencing.Token) error {
-	pipe := ml.c.rdb.Pipeline()
-	var cmds []*redis.Cmd
+	var calls []scriptCall
 	for gi, g := range ml.groups {
 		if tokens[gi] >= t {
 			continue
@@ -443,34 +442,14 @@ func (ml *MultiLock) raise(ctx context.Context, tokens []fencing.Token, t fencin
 		for i, m := range g {
 			keys[i] = m.keys[1]
 		}
-		cmds = append(cmds, raiseTokenScript.EvalSha(ctx, pipe, keys, int64(t), ml.c.tokenTTL))
+		calls = append(calls, scriptCall{raiseTokenScript, keys, []any{int64(t), ml.c.tokenTTL}})
 	}
-	if len(cmds) == 0 {
+	if len(calls) == 0 {
 		return nil
 	}
-	_, _ = pipe.Exec(ctx)
+	cmds, _ := ml.c.pipelined(calls, len(calls), func() (context.Context, context.CancelFunc) { return ctx, func() {} })
 	for _, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			return ml.raiseSlowly(ctx, tokens, t)
-		}
 		if err := cmd.Err(); err != nil {
-			return fmt.Errorf("raising the token counters: %w", err)
-		}
-	}
-	return nil
-}
-
-// raiseSlowly is raise one call at a time, for servers that lost the script.
-func (ml *MultiLock) raiseSlowly(ctx context.Context, tokens []fencing.Token, t fencing.Token) error {
-	for gi, g := range ml.groups {
-		if tokens[gi] >= t {
-			continue
-		}
-		keys := make([]string, len(g))
-		for i, m := range g {
-			keys[i] = m.keys[1]
-		}
-		if err := ml.c.run(ctx, raiseTokenScript, keys, int64(t), ml.c.tokenTTL).Err(); err != nil {
 			return fmt.Errorf("raising the token counters: %w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"embed"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -114,8 +115,7 @@ func (s *script) runBoxed(ctx context.Context, via processor, keys []any, args .
 // nkeys keys and the arguments. A server that does not know the script
 // (restarted, failed over, SCRIPT FLUSH) answers NOSCRIPT; the script is
 // then sent whole with EVAL, which caches it again. This is the one way
-// every single call of a script goes out; pipelines use pipelined (see
-// watchdog.send, MultiLock.raise).
+// every single call of a script goes out; pipelines use pipelined.
 func (s *script) send(ctx context.Context, via processor, nkeys int, argv []any) *redis.Cmd {
 	argv[0], argv[1], argv[2] = "evalsha", s.sha, nkeys
 	cmd := redis.NewCmd(ctx, argv...)
@@ -132,6 +132,67 @@ func (s *script) send(ctx context.Context, via processor, nkeys int, argv []any)
 		_ = via.Process(ctx, cmd)
 	}
 	return cmd
+}
+
+// A scriptCall is one call of a script in a pipeline (see pipelined).
+type scriptCall struct {
+	s    *script
+	keys []string
+	args []any
+}
+
+// pipelined sends calls with EVALSHA through the Client's go-redis client,
+// perTrip of them to a pipeline (one round trip), each pipeline under a
+// context of its own from newCtx, and returns the replies and when each
+// call was sent. A server that lost its script cache (NOSCRIPT) gets each
+// such script loaded once (SCRIPT LOAD) and the calls that failed for it
+// sent again, the same way. This is the one way the package pipelines its
+// scripts (the watchdog's renewals, a MultiLock's token raise).
+func (c *Client) pipelined(calls []scriptCall, perTrip int, newCtx func() (context.Context, context.CancelFunc)) ([]*redis.Cmd, []time.Time) {
+	cmds := make([]*redis.Cmd, len(calls))
+	sent := make([]time.Time, len(calls))
+	exec := func(idx []int) {
+		for len(idx) > 0 {
+			n := min(len(idx), perTrip)
+			ctx, cancel := newCtx()
+			pipe := c.rdb.Pipeline()
+			for _, i := range idx[:n] {
+				cmds[i] = calls[i].s.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+			}
+			at := time.Now()
+			_, _ = pipe.Exec(ctx)
+			cancel()
+			for _, i := range idx[:n] {
+				sent[i] = at
+			}
+			idx = idx[n:]
+		}
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	exec(all)
+	var again []int
+	loaded := make(map[*script]bool)
+	for i, cmd := range cmds {
+		if !isNoScript(cmd.Err()) {
+			continue
+		}
+		s := calls[i].s
+		if _, tried := loaded[s]; !tried {
+			ctx, cancel := newCtx()
+			loaded[s] = s.Load(ctx, c.rdb).Err() == nil
+			cancel()
+		}
+		if loaded[s] {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		exec(again)
+	}
+	return cmds, sent
 }
 
 // boxed returns keys as script arguments, boxed once.

@@ -343,55 +343,18 @@ func (w *watchdog) chunk(all []*renewal) [][]*renewal {
 // gets the script loaded once and the failed calls again.
 func (w *watchdog) send(chunks [][]*renewal) ([]*redis.Cmd, []time.Time) {
 	lease := w.c.leaseMS
-	cmds := make([]*redis.Cmd, len(chunks))
-	sent := make([]time.Time, len(chunks))
+	calls := make([]scriptCall, len(chunks))
+	for i, chunk := range chunks {
+		var keys []string
+		args := []any{lease}
+		for _, h := range chunk {
+			keys = append(keys, h.keys...)
+			args = append(args, h.args...)
+		}
+		calls[i] = scriptCall{chunk[0].script, keys, args}
+	}
 	roundTrip := max(w.period, time.Second)
-	exec := func(idx []int) {
-		for len(idx) > 0 {
-			n := min(len(idx), renewCallsPerRoundTrip)
-			ctx, cancel := w.c.backgroundContext(roundTrip)
-			pipe := w.c.rdb.Pipeline()
-			for _, i := range idx[:n] {
-				var keys []string
-				args := []any{lease}
-				for _, h := range chunks[i] {
-					keys = append(keys, h.keys...)
-					args = append(args, h.args...)
-				}
-				cmds[i] = chunks[i][0].script.EvalSha(ctx, pipe, keys, args...)
-			}
-			at := time.Now()
-			_, _ = pipe.Exec(ctx)
-			cancel()
-			for _, i := range idx[:n] {
-				sent[i] = at
-			}
-			idx = idx[n:]
-		}
-	}
-	all := make([]int, len(chunks))
-	for i := range all {
-		all[i] = i
-	}
-	exec(all)
-	var again []int
-	loaded := make(map[*script]bool)
-	for i, cmd := range cmds {
-		if !isNoScript(cmd.Err()) {
-			continue
-		}
-		s := chunks[i][0].script
-		if _, tried := loaded[s]; !tried {
-			ctx, cancel := w.c.backgroundContext(roundTrip)
-			loaded[s] = s.Load(ctx, w.c.rdb).Err() == nil
-			cancel()
-		}
-		if loaded[s] {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		exec(again)
-	}
-	return cmds, sent
+	return w.c.pipelined(calls, renewCallsPerRoundTrip, func() (context.Context, context.CancelFunc) {
+		return w.c.backgroundContext(roundTrip)
+	})
 }

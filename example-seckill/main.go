@@ -140,7 +140,7 @@ func (k *knobs) register(fs *flag.FlagSet, def knobs) {
 	fs.DurationVar(&k.holdDelay, "hold-delay", def.holdDelay, "pause inside the critical section, after the stock is read and before it is written (a stand-in for a GC pause or a slow call)")
 	fs.Float64Var(&k.holdRate, "hold-rate", def.holdRate, "fraction of purchases that pause for -hold-delay, in (0, 1]")
 	fs.StringVar(&k.policies, "policies", def.policies, "policy file of the guard modes (default: the built-in copy of example-seckill/guard.yaml)")
-	fs.DurationVar(&k.watchdog, "watchdog", def.watchdog, "lock watchdog timeout: a lock is renewed every third of it while held")
+	fs.DurationVar(&k.watchdog, "watchdog", def.watchdog, "lock watchdog timeout: a lock is renewed every third of it while held; also the in-progress lease of idempotency keys")
 	fs.DurationVar(&k.lease, "lease", def.lease, "fixed lock lease of mode guard-lease (the watchdog is off for it)")
 	fs.StringVar(&k.sqlite, "sqlite", def.sqlite, "with MYSQL_DSN unset: keep the SQLite database in this file instead of in memory")
 }

@@ -145,16 +145,16 @@ func TestIdempotent_LongHandlerKeepsItsKeyPastTheLease(t *testing.T) {
 		}
 		p.pay(c)
 	}
-	in := idemInstance(t, srv, slow, guard.InProgressLease(150*time.Millisecond))
+	in := idemInstance(t, srv, slow, guard.InProgressLease(300*time.Millisecond))
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the server closes
 	h := []string{"Idempotency-Key", "long", "X-User-ID", "u1"}
 	first := make(chan reply, 1)
 	go func() { first <- do(t, "POST", in.srv.URL+"/pay", `{}`, h...) }()
 	eventually(t, func() bool { return len(recordsIn(t, in)) == 1 })
-	for i := range 6 { // 6 × 100 ms: four leases
-		time.Sleep(100 * time.Millisecond)
+	for i := range 6 { // 6 × 200 ms: four leases, renewed every 100 ms
+		time.Sleep(200 * time.Millisecond)
 		if r := do(t, "POST", in.srv.URL+"/pay", `{}`, h...); r.status != 409 || r.errorCode() != "request_in_progress" {
-			t.Fatalf("retry %d while the first runs (%v in): %d %s, want 409 request_in_progress", i, time.Duration(i+1)*100*time.Millisecond, r.status, r.body)
+			t.Fatalf("retry %d while the first runs (%v in): %d %s, want 409 request_in_progress", i, time.Duration(i+1)*200*time.Millisecond, r.status, r.body)
 		}
 	}
 	once.Do(func() { close(release) })

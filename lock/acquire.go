@@ -12,6 +12,11 @@ import (
 	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
+// The single-key acquire path: every Mutex, FairMutex, RWMutex side and
+// Semaphore acquisition goes through Client.acquire, which takes a hold
+// afresh (waitFor, then establish) or re-enters the one the context
+// carries, and the checks and script arguments every kind starts with.
+
 // A handle is what every lock value starts its operations with: its Client,
 // its name (for errors) and what was wrong with it when it was made, which
 // every operation reports.

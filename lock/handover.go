@@ -8,6 +8,26 @@ import (
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
+// Handovers: a releasing holder gives the lock straight to the next waiter
+// of its Client (transfer.lua), without freeing it, in turns bounded by
+// cohortLimit so that the other Clients get the lock too.
+
+// A grant is a waiter's side of the handovers (see cohortLimit). h is the
+// hold the waiter acquires, nil for the locks of several keys (MultiLock,
+// RedLock); only holds whose kind can hand over (handing) are ever handed
+// the lock. A releaser reads only the fields of h that do not change while
+// it waits. Guarded by Client.qmu.
+type grant struct {
+	h        *hold
+	reserved bool          // a releaser is handing the lock over to this waiter
+	trying   bool          // the waiter is trying to acquire by itself: no handover to it meanwhile
+	granted  bool          // the lock was handed over: it is held for h
+	grantTok fencing.Token // the token the handover gave h
+	grantTop fencing.Token // the last token reserved for h's run of handovers (see tokenBlock)
+	grantAt  time.Time     // when h's lease began: the handover was sent, or the releaser's lease began
+	leaving  bool          // the waiter gave up: no handover any more
+}
+
 // A handing kind can hand its lock from a holder straight to a waiter of the
 // same Client (see cohortLimit).
 type handing interface {
@@ -246,4 +266,19 @@ func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.T
 		w.tryNow = w.head
 	}
 	signal(w)
+}
+
+// withdraw takes w out of the handovers as it gives up: it waits for a
+// handover under way to w to finish and reports whether the lock was handed
+// to w (when and with which token).
+func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
+	c.qmu.Lock()
+	w.leaving = true
+	for w.reserved {
+		c.qmu.Unlock()
+		<-w.notify
+		c.qmu.Lock()
+	}
+	defer c.qmu.Unlock()
+	return w.grantAt, w.grantTok, w.grantTop, w.granted
 }

@@ -2,8 +2,6 @@ package lock
 
 import (
 	"time"
-
-	"github.com/seckillguard/seckillguard/fencing"
 )
 
 // A waitQueue lines up the goroutines of one Client that wait for one lock,
@@ -55,19 +53,7 @@ type waiter struct {
 	tryNow bool          // try to acquire without waiting
 	bound  time.Duration // when it became head without tryNow: try after at most this long; <0 = unset
 
-	// Handing over (see cohortLimit). h is the hold the waiter acquires, nil
-	// for the locks of several keys (MultiLock, RedLock); only holds whose
-	// kind can hand over (handing) are ever handed the lock. A releaser reads
-	// only the fields of h that do not change while it waits. Guarded by
-	// Client.qmu.
-	h        *hold
-	reserved bool          // a releaser is handing the lock over to this waiter
-	trying   bool          // the waiter is trying to acquire by itself: no handover to it meanwhile
-	granted  bool          // the lock was handed over: it is held for h
-	grantTok fencing.Token // the token the handover gave h
-	grantTop fencing.Token // the last token reserved for h's run of handovers (see tokenBlock)
-	grantAt  time.Time     // when h's lease began: the handover was sent, or the releaser's lease began
-	leaving  bool          // the waiter gave up: no handover any more
+	grant // its side of the handovers (see handover.go)
 }
 
 // queued reports whether goroutines of this Client wait in the queue name.
@@ -82,7 +68,7 @@ func (c *Client) queued(name string) bool {
 // A waiter that is head at once tries at once (after subscribing: see
 // waitFor).
 func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*waitQueue, *waiter) {
-	w := &waiter{notify: make(chan struct{}, 1), shared: shared, enlist: enlist, bound: -1, h: h}
+	w := &waiter{notify: make(chan struct{}, 1), shared: shared, enlist: enlist, bound: -1, grant: grant{h: h}}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[name]

@@ -7,6 +7,12 @@ import (
 	"time"
 )
 
+// The single-key release path: Client.unlock releases one level of the
+// hold the context carries (releaseLevel), hands the last one over when a
+// waiter of the Client can take it (handover.go), records the outcome
+// (settle) and retries a failed final release in the background
+// (releaseLater) until the hold's lease ends.
+
 // parentEnded releases h, every level of it, because the context it was
 // taken with ended: as its final Unlock would, handing it to a waiter of
 // this Client or freeing it and waking the others. h's context has ended
@@ -28,14 +34,6 @@ func (h *hold) parentEnded() {
 		c.opts.logger.DebugContext(h.parent, "lock: releasing a hold whose context ended failed; retried until its lease ends",
 			"lock", h.name, "err", err)
 	}
-}
-
-// lostHold is the error for an operation on a hold that was lost.
-func lostHold(h *hold) error {
-	if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
-		return cause
-	}
-	return wrap(h.name, ErrLost)
 }
 
 // unlock releases one level of the hold ctx carries under hk: the one way
@@ -228,4 +226,12 @@ func (c *Client) releasedWith(h *hold, cause error) {
 		return
 	}
 	h.end(wrap(h.name, cause))
+}
+
+// lostHold is the error for an operation on a hold that was lost.
+func lostHold(h *hold) error {
+	if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
+		return cause
+	}
+	return wrap(h.name, ErrLost)
 }

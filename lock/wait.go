@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
@@ -269,21 +268,6 @@ func (wt *waitRun) giveUp(err error, keep bool) error {
 		wt.s.h.kind.undo(context.WithoutCancel(wt.ctx), wt.s.h, true)
 	}
 	return err
-}
-
-// withdraw takes w out of the handovers as it gives up: it waits for a
-// handover under way to w to finish and reports whether the lock was handed
-// to w (when and with which token).
-func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
-	c.qmu.Lock()
-	w.leaving = true
-	for w.reserved {
-		c.qmu.Unlock()
-		<-w.notify
-		c.qmu.Lock()
-	}
-	defer c.qmu.Unlock()
-	return w.grantAt, w.grantTok, w.grantTop, w.granted
 }
 
 // awaitSubscription makes sure q's unlock channel is subscribed and confirmed.

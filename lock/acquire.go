@@ -84,7 +84,10 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 		h.lease = lo.lease
 	}
 	h.ack = lo.ack
-	called := time.Now()
+	var called time.Time // for the Observer only: a clock read less per Lock without one
+	if c.opts.observer != nil {
+		called = time.Now()
+	}
 	err := c.waitFor(ctx, waitSpec{name: name, channel: k.channel(h), wait: wait, lease: h.lease, shared: k.shared(), h: h})
 	if err != nil {
 		if h.queued {
@@ -92,7 +95,9 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 		}
 		return ctx, err
 	}
-	c.observeIn(ctx, h, EventAcquired, time.Since(called), nil)
+	if c.opts.observer != nil {
+		c.observeIn(ctx, h, EventAcquired, time.Since(called), nil)
+	}
 	c.establish(ctx, h, h.start)
 	h.tieToParent()
 	return h.ctx, nil

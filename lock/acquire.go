@@ -76,13 +76,8 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 	}
 	defer h.leave()
 
-	h.kind = k
+	h.prepare(k, lo)
 	h.top = 0
-	h.fixed = lo.lease > 0
-	h.lease = c.opts.watchdogTimeout
-	if h.fixed {
-		h.lease = lo.lease
-	}
 	h.ack = lo.ack
 	var called time.Time // for the Observer only: a clock read less per Lock without one
 	if c.opts.observer != nil {
@@ -281,6 +276,18 @@ func (c *Client) leaseArgs(h *hold) (first, again any) {
 // expiries), so that they all read it alike (tonumber, or passed on to
 // PEXPIRE as it is).
 func msArg(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// prepare sets what a first acquisition of h through k with the options lo
+// needs: its kind, and its lease, lo's (fixed: nothing renews it) or else the
+// watchdog timeout of h's Client.
+func (h *hold) prepare(k kind, lo lockOptions) {
+	h.kind = k
+	h.fixed = lo.lease > 0
+	h.lease = h.c.opts.watchdogTimeout
+	if h.fixed {
+		h.lease = lo.lease
+	}
+}
 
 // A pairReply is the reply {status, value} of the acquire scripts of the
 // FairMutex, the RWMutex and the Semaphore: status 1 is an acquisition

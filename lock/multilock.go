@@ -193,12 +193,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	for i, h := range holds {
 		byKey[ml.locks[i].key] = h
 		if h.levels == 0 {
-			h.kind = ml.locks[i]
-			h.fixed = lo.lease > 0
-			h.lease = c.opts.watchdogTimeout
-			if h.fixed {
-				h.lease = lo.lease
-			}
+			h.prepare(ml.locks[i], lo)
 		} else {
 			floor = max(floor, h.token)
 		}

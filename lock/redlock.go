@@ -376,9 +376,7 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 			h.top = h.token
 			continue
 		}
-		h.kind = r.nodes[i]
-		h.fixed = lo.lease > 0
-		h.lease = r.nodeLease(i, lo)
+		h.prepare(r.nodes[i], lo) // its lease is nodeLease(i, lo)
 		h.token, h.top = token, 0
 		r.clients[i].establish(base, h, start)
 		h.tieToParent()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -52,7 +53,10 @@ func BenchmarkPurchase(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(in.stop)
-			const skus = 1024
+			skus := 1024
+			if n, err := strconv.Atoi(os.Getenv("PURCHASE_SKUS")); err == nil && n > 0 {
+				skus = n // PURCHASE_SKUS=1: one hot SKU
+			}
 			for i := range skus {
 				in.db.Save(&Product{SKU: "b-" + strconv.Itoa(i), Name: "bench", Stock: 1_000_000_000})
 			}
@@ -66,7 +70,7 @@ func BenchmarkPurchase(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					u := users.Add(1)
-					req := httptest.NewRequest(http.MethodPost, "/api/seckill/b-"+strconv.Itoa(int(u%skus)), nil)
+					req := httptest.NewRequest(http.MethodPost, "/api/seckill/b-"+strconv.Itoa(int(u%int64(skus))), nil)
 					req.Header.Set("X-User-ID", prefix+strconv.FormatInt(u, 10))
 					if row.idem {
 						req.Header.Set("Idempotency-Key", "k"+strconv.FormatInt(u, 10))

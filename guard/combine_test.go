@@ -812,3 +812,23 @@ func TestCombine_APanickingHandlerFailsOnlyItsOwnRequest(t *testing.T) {
 		})
 	}
 }
+
+func TestCombine_FailOpenRunsARequestAloneInItsSessionWithoutTheLock(t *testing.T) {
+	srv := testenv.Redis(t)
+	s := &countSession{}
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:id", g.Lock("open:<id>", guard.Combining(s), guard.FailOpen()), func(c *gin.Context) {
+			_, inBatch := c.Request.Context().Value(batchNo{}).(int)
+			_, fenced := guard.Token(c)
+			c.JSON(http.StatusCreated, gin.H{"batch": inBatch, "key": guard.Key(c), "fenced": fenced})
+		})
+	})
+	srv.Kill()
+	r := do(t, "POST", in.srv.URL+"/buy/1", "")
+	if r.status != http.StatusCreated || string(r.body) != `{"batch":true,"fenced":false,"key":""}` {
+		t.Errorf("Redis down, FailOpen: %d %s; want 201 from a handler in a Session of its own, unlocked and unfenced", r.status, r.body)
+	}
+	if _, commits, _ := s.counts(); commits != 1 {
+		t.Errorf("%d commits, want the request's own", commits)
+	}
+}

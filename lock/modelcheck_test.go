@@ -72,6 +72,7 @@ type mhold struct {
 	cause     error
 	released  time.Time // its final Unlock was called
 	doomed    time.Time // a fault removed it from Redis: must be told by then
+	doomTo    time.Time // when the fault that set doomed ended
 	mayDoom   time.Time // a fault may have removed it: overlaps tolerated until then
 	downgrade *mhold    // the write hold of its owner this read hold was taken under
 	parentEnd time.Time // the context it was taken with ended (lifetime)
@@ -366,8 +367,8 @@ func (m *model) doom(names []string, from, to time.Time, after time.Duration, wh
 		m.dooms[n] = append(m.dooms[n], d)
 		for _, h := range m.active[n] {
 			b := m.doomBound(h, d)
-			if h.entered.Before(from) && h.untoldAt(from) {
-				h.doomed = earlierOf(h.doomed, b)
+			if h.entered.Before(from) && h.untoldAt(from) && (h.doomed.IsZero() || b.Before(h.doomed)) {
+				h.doomed, h.doomTo = b, to
 			}
 			h.mayDoom = laterOf(h.mayDoom, b)
 		}
@@ -396,6 +397,11 @@ func (m *model) netFault(i int, at time.Time) int {
 func (m *model) quiet(from, to time.Time, after time.Duration) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.quietLocked(from, to, after)
+}
+
+// quietLocked is quiet for a caller that holds m.mu.
+func (m *model) quietLocked(from, to time.Time, after time.Duration) bool {
 	for _, w := range m.netFaults {
 		if w.from.Before(to) && (w.to.IsZero() || w.to.Add(after).After(from)) {
 			return false
@@ -485,6 +491,17 @@ func (m *model) sweep(now time.Time) {
 			if !h.leaseEnd.IsZero() && now.After(h.leaseEnd.Add(m.timing.grace)) && h.doomed.IsZero() {
 				m.violatef("%s: its fixed lease ran out at %s, and its context has not ended by %s", h, m.at(h.leaseEnd), m.at(now))
 				h.told = now // once
+			}
+			if !h.doomed.IsZero() && now.After(h.doomed) && h.leaseEnd.IsZero() && !m.quietLocked(h.doomTo, h.doomed, 0) {
+				// A network fault after the one that removed it may have
+				// kept the watchdog from finding it gone; then it is told
+				// when its lease ends unless renewed: a lease at most after
+				// that fault, since a renewal that got through later would
+				// have found it gone.
+				if b := h.doomTo.Add(m.timing.lease + m.timing.slack); b.After(h.doomed) {
+					m.logf("%s: a network fault after it was removed from Redis: told by its lease end, %s", h, m.at(b))
+					h.doomed = b
+				}
 			}
 			if !h.doomed.IsZero() && now.After(h.doomed) {
 				m.violatef("%s: a fault removed it from Redis; its context has not ended by the bound %s (now %s)", h, m.at(h.doomed), m.at(now))

@@ -65,7 +65,7 @@ func (m Mode) guarded() bool { return m == ModeGuard || m == ModeGuardLease || m
 type Config struct {
 	Mode     Mode
 	Policies *guard.Policies // the guard modes' per-route policies (guard.yaml)
-	Watchdog time.Duration   // the lock watchdog timeout, and the in-progress lease of idempotency keys; 0 means lock.DefaultWatchdogTimeout (30s), guard.DefaultInProgressLease (30s)
+	Watchdog time.Duration   // the lock watchdog timeout, and with it the in-progress lease of idempotency keys; 0 means lock.DefaultWatchdogTimeout (30s)
 	Lease    time.Duration   // ModeGuardLease: the fixed lease of every lock a route takes, unless its policy sets one
 
 	// HoldDelay is a pause inside the critical section, after the stock is
@@ -158,10 +158,10 @@ func NewService(cfg Config, rdb redis.UniversalClient, db *gorm.DB) (*Service, e
 		}
 		opts := []guard.Option{guard.WithLogger(cfg.Logger)}
 		if cfg.Watchdog > 0 {
-			// A key whose instance died frees itself as soon as that
-			// instance's locks do (a policy's in_progress_lease still wins).
-			opts = append(opts, guard.WithLockOptions(lock.WithWatchdogTimeout(cfg.Watchdog)),
-				guard.WithDefaults(guard.InProgressLease(cfg.Watchdog)))
+			// The in-progress lease of idempotency keys follows it: a key
+			// whose instance died frees itself as soon as that instance's
+			// locks do (a policy's in_progress_lease still wins).
+			opts = append(opts, guard.WithLockOptions(lock.WithWatchdogTimeout(cfg.Watchdog)))
 		}
 		if cfg.Mode == ModeGuardLease {
 			if cfg.Lease <= 0 {

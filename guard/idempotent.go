@@ -107,7 +107,10 @@ func RecordTTL(d time.Duration) RouteOption {
 // its answer is not stored. On a route that WaitForFirst, the key is held by
 // a semaphore permit of the Guard's lock Client instead, renewed by its
 // watchdog (lock.WithWatchdogTimeout), so that waiting requests are woken
-// when it ends. Default DefaultInProgressLease (30s); at least 30ms.
+// when it ends. Default: the watchdog timeout of the Guard's lock Client
+// (lock.WithWatchdogTimeout in WithLockOptions; DefaultInProgressLease,
+// 30s, without it), so a key frees itself when its instance dies as soon as
+// that instance's locks do; at least 30ms.
 func InProgressLease(d time.Duration) RouteOption {
 	if d < 30*time.Millisecond {
 		return invalid("InProgressLease(%v): must be at least 30ms", d)

@@ -673,3 +673,36 @@ routes:
 		t.Errorf("a 429 was stored although it says to try again")
 	}
 }
+
+// A route that sets no InProgressLease gives its keys the lease of the
+// Guard's lock watchdog (lock.WithWatchdogTimeout): a key of an instance that
+// died is free again as soon as that instance's locks are.
+func TestIdempotent_InProgressLeaseFollowsTheWatchdogTimeout(t *testing.T) {
+	srv := testenv.Redis(t)
+	stuck := make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.Use(withUser)
+		r.POST("/pay", g.Idempotent(guard.Scope("<ctx:user_id>")), func(c *gin.Context) { <-stuck })
+	}, guard.WithLockOptions(lock.WithWatchdogTimeout(600*time.Millisecond)))
+	if got := in.g.Locks().WatchdogTimeout(); got != 600*time.Millisecond {
+		t.Fatalf("the lock Client's watchdog timeout is %v, want 600ms", got)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		do(t, "POST", in.srv.URL+"/pay", "", "Idempotency-Key", "k", "X-User-ID", "u1")
+	}()
+	defer func() { close(stuck); <-done }()
+	var keys []string
+	eventually(t, func() bool {
+		keys, _ = in.rdb.Keys(context.Background(), "seckillguard:idem:*:r").Result()
+		return len(keys) == 1
+	})
+	ttl, err := in.rdb.PTTL(context.Background(), keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= 0 || ttl > 600*time.Millisecond {
+		t.Fatalf("the in-progress key lives %v, want at most the watchdog timeout 600ms", ttl)
+	}
+}

@@ -60,7 +60,10 @@ const (
 	DefaultLongHold   = time.Second     // holds longer than this are logged
 	DefaultRecordTTL  = 24 * time.Hour  // how long an idempotent response is replayed
 	// DefaultInProgressLease is how long an idempotency key stays in
-	// progress without a renewal: lock.DefaultWatchdogTimeout.
+	// progress without a renewal when neither InProgressLease nor
+	// lock.WithWatchdogTimeout (see WithLockOptions) says otherwise: the
+	// default lease is the Guard's lock watchdog timeout, whose own default
+	// is lock.DefaultWatchdogTimeout.
 	DefaultInProgressLease = lock.DefaultWatchdogTimeout
 	// DefaultBodyTimeout bounds how long Lock waits for a request's body
 	// before it takes the lock.
@@ -162,6 +165,9 @@ func defaultRoute() route {
 // Guard's defaults, then opts. The error joins every refused option.
 func (g *Guard) route(opts []RouteOption, use optionUse) (route, error) {
 	r := defaultRoute()
+	// A key in progress frees itself when its instance dies, as the
+	// instance's locks do.
+	r.idem.lease = g.locks.WatchdogTimeout()
 	applyOptions(&r, useBoth, g.defaults)
 	applyOptions(&r, use, opts)
 	if r.batchOpts && r.session == nil && use != useIdem {

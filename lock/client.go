@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -199,3 +200,10 @@ func (c *Client) goBackground(f func()) bool {
 	}()
 	return true
 }
+
+// WatchdogTimeout returns the lease of the locks this Client holds without
+// WithLease, which its watchdog renews every third of it: the
+// WithWatchdogTimeout the Client was made with, or DefaultWatchdogTimeout.
+// Whatever should free itself when the Client's process dies, as its locks
+// do, can take the same lease.
+func (c *Client) WatchdogTimeout() time.Duration { return c.opts.watchdogTimeout }

@@ -38,6 +38,25 @@ func TestWatchdog_KeepsLockPastItsTimeout(t *testing.T) {
 	}
 }
 
+func TestWatchdog_TimeoutIsTheLeaseOfALockWithoutWithLease(t *testing.T) {
+	srv := testenv.Redis(t)
+	if d := instances(t, srv, 1)[0].WatchdogTimeout(); d != lock.DefaultWatchdogTimeout {
+		t.Fatalf("WatchdogTimeout() = %v without the option, want DefaultWatchdogTimeout", d)
+	}
+	c := instances(t, srv, 1, lock.WithWatchdogTimeout(700*time.Millisecond))[0]
+	if d := c.WatchdogTimeout(); d != 700*time.Millisecond {
+		t.Fatalf("WatchdogTimeout() = %v, want 700ms", d)
+	}
+	ctx, err := c.Mutex(lockName(t)).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Mutex(lockName(t)).Unlock(ctx)
+	if ttl, _ := c.Mutex(lockName(t)).TTL(context.Background()); ttl <= 0 || ttl > c.WatchdogTimeout() {
+		t.Fatalf("TTL = %v, want within WatchdogTimeout() %v", ttl, c.WatchdogTimeout())
+	}
+}
+
 func TestWatchdog_FixedLeaseExpiresAndCancelsContext(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := instances(t, srv, 1, lock.WithWatchdogTimeout(600*time.Millisecond))[0]

@@ -159,7 +159,7 @@ func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	if h.queued {
-		c.dog.remove(&h.waiting)
+		c.dog.remove(h.waiting)
 	}
 	h.kind.undo(rctx, h, acquired)
 	h.queued = false
@@ -171,9 +171,9 @@ func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
 // attempt that leaves the owner in line calls it again: the attempt itself
 // renewed the place.
 func (c *Client) inLine(h *hold, script *script, keys []string, args []any) {
-	if h.waiting.script == nil {
+	if h.waiting == nil {
 		channel := h.kind.channel(h)
-		h.waiting = renewal{script: script, keys: keys, args: args, lost: func(string) {
+		h.waiting = &renewal{script: script, keys: keys, args: args, lost: func(string) {
 			// The place was given away: this process stalled for longer
 			// than the watchdog timeout. The next attempt queues again at
 			// the end of the line; make it now.
@@ -181,7 +181,7 @@ func (c *Client) inLine(h *hold, script *script, keys []string, args []any) {
 		}}
 	}
 	h.queued = true
-	c.dog.add(&h.waiting, time.Now().Add(c.opts.watchdogTimeout))
+	c.dog.add(h.waiting, time.Now().Add(c.opts.watchdogTimeout))
 }
 
 // establish makes h held after its first acquisition, which was sent at
@@ -189,7 +189,7 @@ func (c *Client) inLine(h *hold, script *script, keys []string, args []any) {
 // compound lock releases it with its other locks.
 func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	if h.queued {
-		c.dog.remove(&h.waiting)
+		c.dog.remove(h.waiting)
 		h.queued = false
 	}
 	h.levels = 1

@@ -84,19 +84,21 @@ type hold struct {
 	sem chan struct{}
 
 	// Guarded by sem.
-	kind     kind
-	levels   int
-	token    fencing.Token
-	top      fencing.Token // the last token reserved for this hold's run of handovers (see tokenBlock); <= token when none is
-	lease    time.Duration // lease of every acquisition and renewal
-	fixed    bool          // WithLease: no watchdog
-	relet    time.Duration // the lease a re-entry under way sets (WithLease), 0 when none
-	unsure   bool          // a release failed with an unknown outcome
-	retrying bool          // a final release failed; releaseLater retries it
-	start    time.Time     // when the first acquisition, or the handover to this hold, was sent
-	ack      replicaAck    // replicas that must confirm the first acquisition
-	queued   bool          // the owner has a place in a wait line in Redis (kept alive by waiting)
-	ended    bool          // released because the context it was taken with ended: a later Unlock returns nil
+	kind   kind
+	levels int
+	token  fencing.Token
+	top    fencing.Token // the last token reserved for this hold's run of handovers (see tokenBlock); <= token when none is
+	lease  time.Duration // lease of every acquisition and renewal
+	relet  time.Duration // the lease a re-entry under way sets (WithLease), 0 when none
+	start  time.Time     // when the first acquisition, or the handover to this hold, was sent
+	ack    replicaAck    // replicas that must confirm the first acquisition
+	// The flags side by side, in one word (a hold's size decides its
+	// allocation's: every first acquisition makes one).
+	fixed    bool // WithLease: no watchdog
+	unsure   bool // a release failed with an unknown outcome
+	retrying bool // a final release failed; releaseLater retries it
+	queued   bool // the owner has a place in a wait line in Redis (kept alive by waiting)
+	ended    bool // released because the context it was taken with ended: a later Unlock returns nil
 
 	// Set once at the first acquisition, before the hold is published.
 	parent context.Context // what ctx descends from: the context the hold was taken with
@@ -118,7 +120,10 @@ type hold struct {
 	expiry   *time.Timer // ends ctx when a fixed lease runs out; nil without one
 
 	renewal renewal // how the watchdog renews the hold
-	waiting renewal // how the watchdog keeps the owner's place in a wait line alive
+	// waiting is how the watchdog keeps the owner's place in a wait line
+	// alive: allocated by the first attempt that leaves the owner in line
+	// (only the kinds with a line in Redis do), nil until then.
+	waiting *renewal
 }
 
 // renewalLost is how the watchdog reports that h's lock is lost: h is

@@ -206,6 +206,8 @@ func TestIdempotent_DeadInstanceFreesTheKeyAfterItsLease(t *testing.T) {
 		r.Use(withUser)
 		r.POST("/pay", g.Idempotent(guard.Scope("<ctx:user_id>"), guard.InProgressLease(600*time.Millisecond)), func(c *gin.Context) { <-stuck })
 	})
+	var unstick sync.Once
+	t.Cleanup(func() { unstick.Do(func() { close(stuck) }) }) // before the server closes, however the test ends
 	healthy := idemInstance(t, srv, p.pay)
 	h := []string{"Idempotency-Key", "k", "X-User-ID", "u1"}
 
@@ -233,7 +235,7 @@ func TestIdempotent_DeadInstanceFreesTheKeyAfterItsLease(t *testing.T) {
 	if d := time.Since(died); d > 2*time.Second {
 		t.Fatalf("key usable again only after %v", d)
 	}
-	close(stuck)
+	unstick.Do(func() { close(stuck) })
 	if p.runs.Load() != 1 {
 		t.Fatalf("runs %d", p.runs.Load())
 	}

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,7 +83,13 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 	}
 	c.handedOver(w, true, at, tok, top)
 	c.observe(h, EventHandedOver, 0, nil)
-	return c.settle(h, renewed, 0, nil)
+	err = c.settle(h, renewed, 0, nil)
+	// The new holder runs first, as sync.Mutex hands over when starving:
+	// on a hot key the handovers are the critical path, and whatever the
+	// releaser does next (answer its request, take the next one) would
+	// otherwise keep its P, and the new holder waiting, until it blocks.
+	runtime.Gosched()
+	return err
 }
 
 // granted records that a releasing holder of this Client handed h the lock:

@@ -125,6 +125,7 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 func (f *FairMutex) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	c := f.m.c
 	lease, _ := c.leaseArgs(h)
+	mark := c.lineMarkOf(f.channel(h))
 	r, err := readPair(fairAcquireScript.run(ctx, via, f.keys, lease, h.field, 0, c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, 0, err
@@ -133,8 +134,11 @@ func (f *FairMutex) attempt(ctx context.Context, via processor, h *hold) (bool, 
 	case r.is(1):
 		h.token = fencing.Token(r.value)
 		return true, 0, nil
-	case r.is(0):
+	case r.is(0), r.is(2):
 		c.inLine(h, waitingScript, []string{f.keys[2], f.keys[1]}, []any{h.field})
+		if c.linePlace(f.channel(h), r.is(2), mark) {
+			return false, 0, nil // a Mutex's unlock came meanwhile: see lineWake
+		}
 		return false, retryAfter(c, r.value), nil
 	}
 	return false, 0, r.unexpected("fair acquire")
@@ -182,4 +186,8 @@ func (f *FairMutex) renewal(h *hold) (*script, []string, []any) {
 // "redisson_lock__channel:{<name>}:<clientUUID>:<ownerID>".
 func (f *FairMutex) channel(h *hold) string { return f.m.unlockCh + ":" + h.field }
 func (f *FairMutex) shared() bool           { return false }
-func (f *FairMutex) tokens() bool           { return true }
+
+// alsoWokenBy is the Mutex's unlock channel: the first waiter in line is
+// woken by a Mutex's unlock too (see lineWake).
+func (f *FairMutex) alsoWokenBy() string { return f.m.unlockCh }
+func (f *FairMutex) tokens() bool        { return true }

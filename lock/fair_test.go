@@ -489,6 +489,57 @@ func TestFairMutex_AndMutexOfOneNameWakeEachOthersWaiters(t *testing.T) {
 	}
 }
 
+// The first waiter in a FairMutex's line gives up while a Mutex of the name
+// holds it: the waiter behind it, first now, is told so, and the Mutex's
+// unlock wakes it at once. A Mutex's release publishes on its own channel
+// only, which the waiters of the line act on only when first: without being
+// told, the second waiter would sleep until the first one's place was due
+// (the watchdog timeout) and miss the unlock.
+func TestFairMutex_WaiterFirstAfterTheHeadLeftIsWokenByMutexUnlock(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 3)
+	name := lockName(t)
+	queue, _ := fairKeys(name)
+	held, err := cs[0].Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	headGone := make(chan error, 1)
+	go func() {
+		_, err := cs[1].FairMutex(name).TryLock(context.Background(), 300*time.Millisecond)
+		headGone <- err
+	}()
+	eventually(t, 5*time.Second, "head queued", func() bool { return srv.Do("LLEN", queue) == int64(1) })
+	type result struct {
+		at  time.Time
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ctx, err := cs[2].FairMutex(name).TryLock(context.Background(), 5*time.Second)
+		got <- result{time.Now(), err}
+		if err == nil {
+			cs[2].FairMutex(name).Unlock(ctx)
+		}
+	}()
+	eventually(t, 5*time.Second, "second waiter queued", func() bool { return srv.Do("LLEN", queue) == int64(2) })
+	if err := <-headGone; !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("head's TryLock: %v, want ErrNotAcquired", err)
+	}
+	time.Sleep(100 * time.Millisecond) // the second waiter heard it is first
+	unlocked := time.Now()
+	if err := cs[0].Mutex(name).Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("second waiter after the Mutex's unlock: %v", r.err)
+	}
+	if d := r.at.Sub(unlocked); d > time.Second {
+		t.Fatalf("second waiter got the lock %v after the Mutex's unlock: not woken", d)
+	}
+}
+
 // A holder whose lease simply runs out publishes nothing; the first waiter
 // tries when the lease ends, and every waiter behind it learns the lease of
 // the holder ahead of it in time to try when that one runs out too: a line

@@ -41,8 +41,8 @@ type Mutex struct {
 	fixKeys  []string // keys and the fixed-lease mark: a re-entry WithLease
 	renKeys  []string // {lock, fixed-lease mark}: the watchdog's renewal
 	relKeys  []string // {lock, unlock channel}
-	freeKeys []string // relKeys and the line of a FairMutex of the name, whose next waiter a release wakes too
-	args     []any    // {lock, token counter, lock, unlock channel, FairMutex line}: keys and freeKeys boxed once, for the hot path's script calls
+	freeKeys []string // relKeys and the line of a FairMutex of the name, whose next waiter ForceUnlock wakes too
+	args     []any    // {lock, token counter, lock, unlock channel}: keys and relKeys boxed once, for the hot path's script calls
 	unlockCh string   // where unlock messages are published
 	hk       any      // the context key of its holds (see heldKey)
 }
@@ -64,7 +64,7 @@ func newMutex(c *Client, name string) *Mutex {
 	keys := []string{m.key, token, m.key, m.unlockCh, line}
 	m.keys, m.freeKeys, m.relKeys = keys[0:2:2], keys[2:5:5], keys[2:4:4]
 	var lock any = m.key
-	m.args = []any{lock, token, lock, m.unlockCh, line}
+	m.args = []any{lock, token, lock, m.unlockCh}
 	m.fixKeys = append(append([]string{}, m.keys...), derived(fixedPrefix, m.key))
 	m.renKeys = []string{m.key, m.fixKeys[2]}
 	m.hk = c.holdKey(m.key, exclusive)
@@ -183,14 +183,14 @@ func (r acquireReply) held() bool { return r <= -2 }
 func (r acquireReply) pttl() int64 { return -3 - int64(r) }
 
 func (m *Mutex) release(ctx context.Context, h *hold) (int64, error) {
-	return releaseScript.runBoxed(ctx, m.c.rdb, m.args[2:5], h.fieldArg[0], h.levels, m.c.publish).Int64()
+	return releaseScript.runBoxed(ctx, m.c.rdb, m.args[2:4], h.fieldArg[0], h.levels, m.c.publish).Int64()
 }
 
 func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 	if !acquired {
 		return
 	}
-	if err := m.c.run(ctx, releaseScript, m.freeKeys, h.field, 1, m.c.publish).Err(); err != nil {
+	if err := m.c.run(ctx, releaseScript, m.relKeys, h.field, 1, m.c.publish).Err(); err != nil {
 		m.c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not roll back an acquisition of unknown outcome; it expires with its lease",
 			"lock", m.name, "lease", h.lease, "err", err)
 	}

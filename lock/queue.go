@@ -20,6 +20,70 @@ type waitQueue struct {
 	others   int64     // other subscribers of the channel when this Client's last turn ended
 	heard    int64     // unlock messages that ended other Clients' turns since then
 	asked    time.Time // when others was counted (see othersListening)
+
+	line lineWake // a FairMutex waiter's queue only: see lineWake
+}
+
+// A lineWake lets the first waiter in a FairMutex's line, whose queue here
+// is its own channel's, be woken by the unlock messages of a Mutex of the
+// same name too: a Mutex and a FairMutex of one name exclude each other,
+// and a Mutex's release (release.lua) publishes on its own channel only.
+// The waiter listens on that channel (relayed to its queue) all along, but
+// only the first in line acts on it, or a Mutex's unlock would wake every
+// waiter in the line; it is first when its last attempt said so, or when a
+// message came on its own channel since (those go to the first in line
+// only: see fairlib.lua and fair_leave.lua).
+type lineWake struct {
+	also   string   // the Mutex's unlock channel; "" for the queues of other kinds
+	sub    *chanSub // its subscription, taken by the first turn
+	behind bool     // the last attempt found others ahead, and no message on the own channel came since
+	own    uint64   // messages heard on the own channel
+	plain  uint64   // messages heard on also
+}
+
+// A lineMark is what a queue of a FairMutex waiter had heard when an attempt
+// was sent (see lineMarkOf).
+type lineMark struct{ own, plain uint64 }
+
+// lineMarkOf returns what the queue name has heard so far.
+func (c *Client) lineMarkOf(name string) lineMark {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if q := c.queues[name]; q != nil {
+		return lineMark{q.line.own, q.line.plain}
+	}
+	return lineMark{}
+}
+
+// linePlace records what an attempt of the queue name's waiter, sent when
+// the queue had heard m, said of its place: first in line or not. It
+// reports whether to try again at once: first, and a message on the Mutex's
+// channel came while the attempt was under way (ignored then, the waiter
+// being behind; it may have freed the lock after the attempt ran).
+func (c *Client) linePlace(name string, first bool, m lineMark) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[name]
+	if q == nil {
+		return false
+	}
+	if first {
+		q.line.behind = false
+		return q.line.plain != m.plain
+	}
+	// A message on the own channel after the attempt was sent may have
+	// made the waiter first since: it counts as first until its next attempt.
+	q.line.behind = q.line.own == m.own
+	return false
+}
+
+// heardOwn records a message on channel, the own channel of a FairMutex
+// waiter's queue: the waiter is first in line. The caller holds qmu.
+func (c *Client) heardOwn(channel string) {
+	if q := c.queues[channel]; q != nil {
+		q.line.own++
+		q.line.behind = false
+	}
 }
 
 // A laned kind lines its waiters up in a queue of their own, apart from the
@@ -107,13 +171,19 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 		}
 		signal(next)
 	}
+	var also *chanSub
 	if len(q.waiters) == 0 {
 		delete(c.queues, q.name)
 		release, q.sub = q.sub, nil
+		also, q.line.sub = q.line.sub, nil
 	}
 	c.qmu.Unlock()
 	if release != nil {
 		c.subs.release(release)
+	}
+	if also != nil {
+		c.removeRelay(q.line.also, relay{to: c, channel: q.name, line: true})
+		c.subs.release(also)
 	}
 }
 
@@ -122,6 +192,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 // Messages for channels nobody waits on are dropped.
 func (c *Client) deliver(channel string) {
 	c.qmu.Lock()
+	c.heardOwn(channel)
 	c.wakeHead(channel)
 	var relays []relay
 	for r := range c.relays[channel] {
@@ -130,8 +201,26 @@ func (c *Client) deliver(channel string) {
 	c.qmu.Unlock()
 	for _, r := range relays {
 		r.to.qmu.Lock()
-		r.to.wakeHead(r.channel)
+		if r.line {
+			r.to.wakeLine(r.channel)
+		} else {
+			r.to.wakeHead(r.channel)
+		}
 		r.to.qmu.Unlock()
+	}
+}
+
+// wakeLine handles a Mutex's unlock message for the queue name of a
+// FairMutex waiter (see lineWake): its waiter tries again unless it is
+// behind others in line. The caller holds qmu.
+func (c *Client) wakeLine(name string) {
+	q := c.queues[name]
+	if q == nil {
+		return
+	}
+	q.line.plain++
+	if !q.line.behind {
+		c.wakeQueue(q)
 	}
 }
 
@@ -174,6 +263,7 @@ func (c *Client) wakeQueue(q *waitQueue) {
 func (c *Client) learnLease(channel string, d time.Duration) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	c.heardOwn(channel)
 	q := c.queues[channel]
 	if q == nil || len(q.waiters) == 0 {
 		return
@@ -190,6 +280,7 @@ func (c *Client) learnLease(channel string, d time.Duration) {
 type relay struct {
 	to      *Client
 	channel string
+	line    bool // to a FairMutex waiter's queue, from its Mutex's channel: see lineWake
 }
 
 // addRelay forwards the messages of channel to r until removeRelay.

@@ -56,9 +56,12 @@ type waitSpec struct {
 // and was told to, and sleeps until something changes.
 func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	var prober handing
-	queue, enlist := s.channel, false
+	queue, enlist, also := s.channel, false, ""
 	if s.h != nil {
 		prober, _ = s.h.kind.(handing)
+		if l, ok := s.h.kind.(lineWaker); ok {
+			also = l.alsoWokenBy()
+		}
 		if l, ok := s.h.kind.(laned); ok {
 			queue, enlist = s.channel+l.lane(), true
 		}
@@ -85,6 +88,11 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 	defer wt.timer.Stop()
 
 	wt.q, wt.w = c.join(wt.queue, s.channel, s.shared, enlist, s.h)
+	if also != "" {
+		c.qmu.Lock()
+		wt.q.line.also = also
+		c.qmu.Unlock()
+	}
 	defer func() { c.leaveQueue(wt.q, wt.w, wt.acquired, s.lease) }()
 
 	step, err := stepLook, error(nil)
@@ -270,15 +278,39 @@ func (wt *waitRun) giveUp(err error, keep bool) error {
 	return err
 }
 
-// awaitSubscription makes sure q's unlock channel is subscribed and confirmed.
+// A lineWaker is a kind whose waiters stand in a line in Redis and are also
+// woken, when first in line, by the unlock messages of another channel (see
+// lineWake): a FairMutex's, by its Mutex's.
+type lineWaker interface {
+	kind
+	alsoWokenBy() string
+}
+
+// awaitSubscription makes sure q's unlock channel is subscribed and confirmed,
+// and the channel its waiter is also woken by if any (see lineWake).
 // A subscription that failed is dropped, so that the next head subscribes anew.
 func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
-	c.qmu.Lock()
-	if q.sub == nil {
-		q.sub = c.subs.acquire(q.channel)
+	if err := c.awaitChannel(ctx, name, q, &q.sub, q.channel, deadline); err != nil || q.line.also == "" {
+		return err
 	}
-	sub := q.sub
+	return c.awaitChannel(ctx, name, q, &q.line.sub, q.line.also, deadline)
+}
+
+// awaitChannel makes sure channel is subscribed and confirmed for q, its
+// subscription kept in *sub (guarded by qmu). The subscription of a
+// lineWake's channel is relayed to q.
+func (c *Client) awaitChannel(ctx context.Context, name string, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
+	c.qmu.Lock()
+	relayed := false
+	if *slot == nil {
+		*slot = c.subs.acquire(channel)
+		relayed = slot == &q.line.sub
+	}
+	sub := *slot
 	c.qmu.Unlock()
+	if relayed {
+		c.addRelay(channel, relay{to: c, channel: q.name, line: true})
+	}
 	select {
 	case <-sub.ready:
 	case <-deadline:
@@ -293,12 +325,15 @@ func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueu
 		return nil
 	}
 	c.qmu.Lock()
-	drop := q.sub == sub
+	drop := *slot == sub
 	if drop {
-		q.sub = nil
+		*slot = nil
 	}
 	c.qmu.Unlock()
 	if drop {
+		if slot == &q.line.sub {
+			c.removeRelay(channel, relay{to: c, channel: q.name, line: true})
+		}
 		c.subs.release(sub)
 	}
 	return fmt.Errorf("lock %q: subscribe to unlock messages: %w", name, err)

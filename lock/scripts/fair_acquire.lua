@@ -20,10 +20,12 @@
 -- latest.
 --
 -- Returns {1, token}  acquired (token 0 on a re-entry: the owner keeps its own)
---         {0, wait}   queued; wait is how long to wait for a wake-up at most
---                     (ms): the holder's PTTL for the head, otherwise until
---                     the waiter ahead must next show it is alive (-1: no
---                     expiry)
+--         {0, wait}   queued behind others; wait is how long to wait for a
+--                     wake-up at most (ms): until the waiter ahead must next
+--                     show it is alive
+--         {2, pttl}   queued first in line: the holder's PTTL (-1: no
+--                     expiry); the waiter then acts on a Mutex's unlock
+--                     message too (see lineWake in queue.go)
 --         {-1, 0}     a re-entry found the owner's hold gone
 local lease = tonumber(ARGV[1])
 local me = ARGV[2]
@@ -81,7 +83,7 @@ if not pos then -- the list expired under its deadlines: line up again
   pos = redis.call('rpush', KEYS[2], me) - 1
 end
 if pos == 0 then
-  return {0, pttl}
+  return {2, pttl}
 end
 local ahead = redis.call('lindex', KEYS[2], pos - 1)
 local due = tonumber(redis.call('zscore', KEYS[3], ahead) or now)

@@ -1,5 +1,9 @@
 -- fair_leave.lua: a waiter that gives up leaves the FairMutex's queue; if the
--- lock is free, the new first waiter is told to try.
+-- lock is free, the new first waiter is told to try. If it is held and the
+-- waiter was first, the new first waiter is told the holder's lease
+-- ("-<ms>", as fair_acquire.lua tells it): it learns that it is first, and
+-- acts on the unlock of a Mutex of the name from then on (a Mutex's release
+-- publishes on the Mutex's channel only).
 --
 -- KEYS[1..4]  see fairlib.lua
 -- ARGV[1]     the owner field
@@ -9,6 +13,7 @@
 --
 -- Returns 1 when the owner had a place in the queue, 0 when not.
 local had = redis.call('zrem', KEYS[3], ARGV[1])
+local first = redis.call('lindex', KEYS[2], 0) == ARGV[1]
 redis.call('lrem', KEYS[2], 0, ARGV[1])
 local dropped = false
 if ARGV[3] == '1' and redis.call('hget', KEYS[1], ARGV[1]) == '1' then
@@ -18,7 +23,14 @@ end
 purge()
 if dropped then
   freed(ARGV[2])
-else
-  wake_head(ARGV[2], nil)
+  return had
+end
+wake_head(ARGV[2], nil)
+if first then
+  local pttl = redis.call('pttl', KEYS[1])
+  local head = redis.call('lindex', KEYS[2], 0)
+  if pttl > 0 and head then
+    redis.call(ARGV[2], KEYS[4] .. ':' .. head, '-' .. pttl)
+  end
 end
 return had

@@ -2,12 +2,10 @@
 -- the lock and publish Redisson's unlock message so that waiters wake up.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the unlock channel "redisson_lock__channel:{<name>}"
--- KEYS[3]  optional: the line of a FairMutex of the same name
---          "redisson_lock_queue:{<name>}" (see fairlib.lua); the last level
---          wakes its first waiter too, on "<KEYS[2]>:<field>": a Mutex and a
---          FairMutex of one name exclude each other, and the fair waiter
---          must not wait out a lock that is free
+-- KEYS[2]  the unlock channel "redisson_lock__channel:{<name>}", Redisson's
+--          RLock's; the first waiter in the line of a FairMutex of the same
+--          name (a Mutex and a FairMutex of one name exclude each other)
+--          listens on it too (see lineWake in queue.go)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the hold count the owner believes it has before this call
 -- ARGV[3]  the publish command: "publish", or "spublish" on Redis Cluster
@@ -26,15 +24,6 @@
 --            force-unlocked, or a copy of this call already released it.
 local expected = tonumber(ARGV[2])
 
--- freed tells the waiters that the lock is free.
-local function freed()
-  redis.call(ARGV[3], KEYS[2], 0)
-  if KEYS[3] then
-    local head = redis.call('lindex', KEYS[3], 0)
-    if head then redis.call(ARGV[3], KEYS[2] .. ':' .. head, 0) end
-  end
-end
-
 if expected <= 1 then
   -- The last level. The owner's field is the only one of an exclusive
   -- lock's hash: HDEL tells whether it holds and, emptying the hash,
@@ -42,7 +31,7 @@ if expected <= 1 then
   if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
     return -1
   end
-  freed()
+  redis.call(ARGV[3], KEYS[2], 0) -- the waiters: the lock is free
   return 0
 end
 
@@ -58,7 +47,7 @@ end
 
 if held <= 1 then
   redis.call('del', KEYS[1])
-  freed()
+  redis.call(ARGV[3], KEYS[2], 0) -- the waiters: the lock is free
   return 0
 end
 return redis.call('hincrby', KEYS[1], ARGV[1], -1)

@@ -203,8 +203,13 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 			// kind that takes holds of one role on one key renews them alike.
 			h.renewal.script, h.renewal.keys, h.renewal.args = h.kind.renewal(h)
 		}
-		c.dog.add(&h.renewal, start.Add(h.lease))
+		if !h.handed {
+			c.dog.add(&h.renewal, start.Add(h.lease))
+		} else if !c.dog.adopt(&h.renewal) && c.holds.lose(h) {
+			h.end(lostError(h.name, "it was lost right after it was handed over"))
+		}
 	}
+	h.handed = false
 	if c.closed() && c.holds.lose(h) {
 		h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
 	}

@@ -30,3 +30,12 @@ func RenewScriptSHA() string { return renewScript.Hash() }
 // ReleaseScriptSHA is the SHA1 a Mutex's releases (and the rollback of what
 // a lost hold may have left) are sent under.
 func ReleaseScriptSHA() string { return releaseScript.Hash() }
+
+// DelayGrants makes every waiter that was handed a lock run wake first
+// before it takes the lock, as a goroutine the scheduler leaves waiting
+// would, until the returned func restores the default. Not for parallel
+// tests.
+func DelayGrants(wake func()) (restore func()) {
+	takingGrant = wake
+	return func() { takingGrant = nil }
+}

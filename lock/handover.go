@@ -17,7 +17,8 @@ import (
 // hold the waiter acquires, nil for the locks of several keys (MultiLock,
 // RedLock); only holds whose kind can hand over (handing) are ever handed
 // the lock. A releaser reads only the fields of h that do not change while
-// it waits. Guarded by Client.qmu.
+// it waits, and sets up h's renewal at a handover (see handOff). Guarded by
+// Client.qmu.
 type grant struct {
 	h        *hold
 	reserved bool          // a releaser is handing the lock over to this waiter
@@ -81,6 +82,14 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 		c.handedOver(w, false, at, 0, 0)
 		return c.settle(h, renewed, -1, nil)
 	}
+	if !w.h.fixed {
+		// Renewed from now on, not from when w's goroutine runs: on a
+		// loaded machine that can be after the lease.
+		if w.h.renewal.script == nil {
+			w.h.renewal.script, w.h.renewal.keys, w.h.renewal.args = w.h.kind.renewal(w.h)
+		}
+		c.dog.handOff(&w.h.renewal, at.Add(w.h.lease))
+	}
 	c.handedOver(w, true, at, tok, top)
 	c.observe(h, EventHandedOver, 0, nil)
 	err = c.settle(h, renewed, 0, nil)
@@ -94,8 +103,10 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 
 // granted records that a releasing holder of this Client handed h the lock:
 // h's lease began at at, its token is tok and top the last one reserved.
+// The watchdog renews it already, unless its lease is fixed (see handOff).
 func (h *hold) granted(at time.Time, tok, top fencing.Token) {
 	h.start, h.token, h.top = at, tok, top
+	h.handed = !h.fixed
 }
 
 // cohortLimit bounds how many times in a row a lock is handed from one

@@ -99,6 +99,7 @@ type hold struct {
 	retrying bool // a final release failed; releaseLater retries it
 	queued   bool // the owner has a place in a wait line in Redis (kept alive by waiting)
 	ended    bool // released because the context it was taken with ended: a later Unlock returns nil
+	handed   bool // handed over: the watchdog renews it since the handover (see handOff), until establish adopts it
 
 	// Set once at the first acquisition, before the hold is published.
 	parent context.Context // what ctx descends from: the context the hold was taken with

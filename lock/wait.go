@@ -104,6 +104,8 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			step, err = wt.turn()
 		case stepSleep:
 			step, err = wt.sleep()
+		case stepGrant:
+			step = wt.take()
 		}
 	}
 	return err
@@ -131,6 +133,8 @@ const (
 	// stepSleep waits for a wake-up, the bound, the deadline, the end of
 	// ctx or the Client's Close.
 	stepSleep
+	// stepGrant takes the lock a releaser of this Client handed over.
+	stepGrant
 	stepDone
 )
 
@@ -157,9 +161,7 @@ func (wt *waitRun) look() waitStep {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if w.granted {
-		wt.acquired = true
-		wt.s.h.granted(w.grantAt, w.grantTok, w.grantTop)
-		return stepDone
+		return stepGrant
 	}
 	head, tryNow, bound := w.head, w.tryNow, w.bound
 	w.tryNow, w.bound = false, -1
@@ -181,6 +183,47 @@ func (wt *waitRun) look() waitStep {
 		wt.timer.Reset(bound)
 	}
 	return stepSleep
+}
+
+// takingGrant, when set (by a test), runs as a waiter that was handed the
+// lock wakes up, before it takes the grant: a stand-in for a goroutine the
+// scheduler leaves waiting on a loaded machine.
+var takingGrant func()
+
+// take takes the lock a releaser of this Client handed over to the waiter.
+func (wt *waitRun) take() waitStep {
+	if takingGrant != nil {
+		takingGrant()
+	}
+	c, w, h := wt.c, wt.w, wt.s.h
+	c.qmu.Lock()
+	at, tok, top := w.grantAt, w.grantTok, w.grantTop
+	c.qmu.Unlock()
+	if !c.grantLasts(h, at) {
+		// Its lease ran out before this goroutine ran: the lock may be
+		// someone else's by now. What is left of it goes, and the head
+		// tries afresh.
+		h.kind.undo(context.WithoutCancel(wt.ctx), h, true)
+		c.qmu.Lock()
+		w.granted, w.tryNow = false, w.head
+		c.qmu.Unlock()
+		return stepLook
+	}
+	wt.acquired = true
+	h.granted(at, tok, top)
+	return stepDone
+}
+
+// grantLasts reports whether the lock handed over to h, its lease begun at
+// at, is still h's to take: its fixed lease has not run out, or the
+// watchdog has renewed it since the handover (see handOff) and it has more
+// than the watchdog's margin left. Otherwise the watchdog no longer renews
+// it.
+func (c *Client) grantLasts(h *hold, at time.Time) bool {
+	if h.fixed {
+		return time.Now().Before(at.Add(h.lease))
+	}
+	return c.dog.claim(&h.renewal)
 }
 
 // turn is the head's turn to try: it subscribes first, so that an unlock
@@ -264,16 +307,21 @@ func (wt *waitRun) sleep() (waitStep, error) {
 }
 
 // giveUp ends the wait with err, unless the lock was handed over meanwhile:
-// a wait that ran out (keep) then succeeds after all; a caller whose
-// context ended, or a closed Client, gets the lock released.
+// a wait that ran out (keep) then succeeds after all, if the lease the
+// handover began still lasts (grantLasts); a caller whose context ended, or
+// a closed Client, gets the lock released.
 func (wt *waitRun) giveUp(err error, keep bool) error {
 	if at, tok, top, ok := wt.c.withdraw(wt.w); ok {
-		if keep {
+		h := wt.s.h
+		if keep && wt.c.grantLasts(h, at) {
 			wt.acquired = true
-			wt.s.h.granted(at, tok, top)
+			h.granted(at, tok, top)
 			return nil
 		}
-		wt.s.h.kind.undo(context.WithoutCancel(wt.ctx), wt.s.h, true)
+		if !h.fixed {
+			wt.c.dog.remove(&h.renewal)
+		}
+		h.kind.undo(context.WithoutCancel(wt.ctx), h, true)
 	}
 	return err
 }

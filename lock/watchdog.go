@@ -49,6 +49,10 @@ type renewal struct {
 	lost  func(why string)
 
 	until time.Time // guarded by watchdog.mu: when the lease ends unless renewed
+	// handed, guarded by watchdog.mu: added at a handover, and its waiter
+	// has not taken the lock yet (see handOff): a loss meanwhile only
+	// drops it, and the waiter finds it gone when it claims it.
+	handed bool
 }
 
 // fail reports that the lock or the place r renews is lost, for why.
@@ -78,9 +82,43 @@ func newWatchdog(c *Client) *watchdog {
 // for h or not at all, and when no pass is scheduled; otherwise the timer
 // fires first, and re-arms itself for h among the others (a hold of the
 // usual lease, added after the others, needs no wake-up).
-func (w *watchdog) add(h *renewal, until time.Time) {
+func (w *watchdog) add(h *renewal, until time.Time) { w.enlist(h, until, false) }
+
+// handOff starts renewing h, the hold a releaser has just handed the lock
+// to, whose lease runs until until: from the handover on, however late its
+// waiter's goroutine runs. Until the waiter claims it, h is not told of a
+// loss (its owner is not held yet): the loss only stops its renewals.
+func (w *watchdog) handOff(h *renewal, until time.Time) { w.enlist(h, until, true) }
+
+// claim is how the waiter of a handover looks at h from handOff when its
+// goroutine runs: it reports whether h is still renewed with more than
+// expiryMargin of its lease left, and otherwise stops renewing it (the lock
+// may be someone else's by now). establish then adopts h.
+func (w *watchdog) claim(h *renewal) bool {
 	w.mu.Lock()
-	h.until = until
+	defer w.mu.Unlock()
+	_, ok := w.holds[h]
+	if ok && time.Until(h.until) > w.expiryMargin() {
+		return true
+	}
+	delete(w.holds, h)
+	return false
+}
+
+// adopt ends the handover of h (see handOff) once its owner is held: from
+// then on a loss is told to it. It reports whether h is still renewed.
+func (w *watchdog) adopt(h *renewal) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h.handed = false
+	_, ok := w.holds[h]
+	return ok
+}
+
+// enlist is add, and handOff when handed.
+func (w *watchdog) enlist(h *renewal, until time.Time, handed bool) {
+	w.mu.Lock()
+	h.until, h.handed = until, handed
 	w.holds[h] = struct{}{}
 	if !w.running {
 		w.running = w.c.goBackground(w.loop)
@@ -212,7 +250,9 @@ func (w *watchdog) expireOverdue() {
 	w.mu.Lock()
 	for h := range w.holds {
 		if !now.Before(h.until) {
-			overdue = append(overdue, h)
+			if !h.handed { // a handed one's waiter finds it gone (claim)
+				overdue = append(overdue, h)
+			}
 			delete(w.holds, h)
 		}
 	}
@@ -275,7 +315,11 @@ func (w *watchdog) renew() time.Duration {
 			switch {
 			case err == nil && j < len(vals) && vals[j] == 1:
 				h.until = sent[i].Add(w.c.opts.watchdogTimeout)
-				renewed = append(renewed, h.owner)
+				if !h.handed { // a handed one's owner is not its waiter's yet
+					renewed = append(renewed, h.owner)
+				}
+			case h.handed && (err == nil || !now.Before(h.until)):
+				delete(w.holds, h) // its waiter finds it gone (claim)
 			case err == nil:
 				lost = append(lost, loss{h, "the watchdog found it gone"})
 			case !now.Before(h.until):

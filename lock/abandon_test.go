@@ -3,7 +3,6 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,37 +14,6 @@ import (
 	"github.com/seckillguard/seckillguard/lock"
 )
 
-// shaCounter counts the script calls a go-redis client sends under one SHA1,
-// alone or pipelined.
-type shaCounter struct {
-	sha string
-	n   atomic.Int64
-}
-
-func (s *shaCounter) count(cmd redis.Cmder) {
-	if args := cmd.Args(); len(args) > 1 && args[0] == "evalsha" && args[1] == s.sha {
-		s.n.Add(1)
-	}
-}
-
-func (s *shaCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (s *shaCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (s *shaCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			s.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // A hold the watchdog finds gone is over: its context ends with ErrLost,
 // Unlock answers ErrLost, nothing renews it any more, and the next Lock with
 // the context it was taken with is an acquisition of its own, with a larger
@@ -53,7 +21,7 @@ func (s *shaCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func TestLoss_AHoldFoundGoneEndsAndTheNextLockIsFresh(t *testing.T) {
 	srv := testenv.Redis(t)
 	rdb := srv.Client()
-	renewals := &shaCounter{sha: lock.RenewScriptSHA()}
+	renewals, renew := testenv.NewCommandCounter(), lock.RenewScriptSHA()
 	rdb.AddHook(renewals)
 	const timeout = 600 * time.Millisecond // renewals every 200 ms
 	c := lock.New(rdb, lock.WithWatchdogTimeout(timeout))
@@ -84,9 +52,9 @@ func TestLoss_AHoldFoundGoneEndsAndTheNextLockIsFresh(t *testing.T) {
 	if n, err := m.HoldCount(ctx1); n != 0 || err != nil {
 		t.Fatalf("HoldCount of the lost hold = %d, %v; want 0", n, err)
 	}
-	before := renewals.n.Load()
+	before := renewals.Script(renew)
 	time.Sleep(3 * timeout / 3) // three renewal periods
-	if n := renewals.n.Load() - before; n != 0 {
+	if n := renewals.Script(renew) - before; n != 0 {
 		t.Fatalf("%d renewals sent in the three periods after the hold was lost; want none", n)
 	}
 	if n := lock.HoldsOf(c); n != 0 {
@@ -104,10 +72,10 @@ func TestLoss_AHoldFoundGoneEndsAndTheNextLockIsFresh(t *testing.T) {
 	if n, err := m.HoldCount(ctx2); n != 1 || err != nil {
 		t.Fatalf("HoldCount of the new hold = %d, %v; want 1 (a fresh hold, not a re-entry of the lost one)", n, err)
 	}
-	before = renewals.n.Load()
+	before = renewals.Script(renew)
 	time.Sleep(timeout)
-	if renewals.n.Load() == before || ctx2.Err() != nil {
-		t.Fatalf("the new hold is not renewed (renewals %d, context %v)", renewals.n.Load()-before, context.Cause(ctx2))
+	if renewals.Script(renew) == before || ctx2.Err() != nil {
+		t.Fatalf("the new hold is not renewed (renewals %d, context %v)", renewals.Script(renew)-before, context.Cause(ctx2))
 	}
 	if err := m.Unlock(ctx2); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package sgotel_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -15,19 +14,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv("REDIS_ADDR") != "" {
 		os.Exit(m.Run())
 	}
-	dir, err := os.MkdirTemp("", "sgotel-tests")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv, err := testenv.StartRedis(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Setenv("REDIS_ADDR", srv.Addr)
-	code := m.Run()
-	srv.Kill()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.RunWithRedis(m, "REDIS_ADDR"))
 }

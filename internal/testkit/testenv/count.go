@@ -18,11 +18,12 @@ import (
 type CommandCounter struct {
 	mu     sync.Mutex
 	counts map[string]int64
+	shas   map[string]int64 // EVALSHA calls by script SHA1
 }
 
 // NewCommandCounter returns a counter; add it with client.AddHook.
 func NewCommandCounter() *CommandCounter {
-	return &CommandCounter{counts: make(map[string]int64)}
+	return &CommandCounter{counts: make(map[string]int64), shas: make(map[string]int64)}
 }
 
 // DialHook implements redis.Hook.
@@ -51,9 +52,23 @@ func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 func (c *CommandCounter) add(cmd redis.Cmder) {
+	name := strings.ToLower(cmd.Name())
 	c.mu.Lock()
-	c.counts[strings.ToLower(cmd.Name())]++
+	c.counts[name]++
+	if args := cmd.Args(); name == "evalsha" && len(args) > 1 {
+		if sha, ok := args[1].(string); ok {
+			c.shas[sha]++
+		}
+	}
 	c.mu.Unlock()
+}
+
+// Script returns how many EVALSHA calls of the script with this SHA1 were
+// counted so far, pipelined ones included.
+func (c *CommandCounter) Script(sha string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shas[sha]
 }
 
 // Snapshot returns the counts so far.

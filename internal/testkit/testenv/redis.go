@@ -219,3 +219,37 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// RunWithRedis is a TestMain's body: it starts one redis-server for each
+// environment variable named, points the variable at it (a package's
+// examples read their servers' addresses from there), runs m and stops the
+// servers. It returns m's exit code, or 1, saying why on stderr, when a
+// server did not start.
+func RunWithRedis(m *testing.M, envs ...string) int {
+	var servers []*RedisServer
+	var dirs []string
+	defer func() {
+		for _, s := range servers {
+			s.Kill()
+		}
+		for _, d := range dirs {
+			os.RemoveAll(d)
+		}
+	}()
+	for _, env := range envs {
+		dir, err := os.MkdirTemp("", "seckillguard-tests")
+		if err == nil {
+			dirs = append(dirs, dir)
+			var srv *RedisServer
+			if srv, err = StartRedis(dir); err == nil {
+				servers = append(servers, srv)
+				os.Setenv(env, srv.Addr)
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}

@@ -39,3 +39,11 @@ func DelayGrants(wake func()) (restore func()) {
 	takingGrant = wake
 	return func() { takingGrant = nil }
 }
+
+// WatchdogKicks returns how many times c's watchdog loop was woken because
+// a hold was added (see watchdog.enlist).
+func WatchdogKicks(c *Client) int64 { return c.dog.kicks.Load() }
+
+// TokenBlock is how many fencing tokens a Mutex's acquisition reserves, its
+// own included.
+const TokenBlock = tokenBlock

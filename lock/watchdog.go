@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,8 +32,9 @@ type watchdog struct {
 	holds   map[*renewal]struct{}
 	running bool
 	idle    bool          // no pass runs or is scheduled: nothing was held at the last one
-	armed   time.Time     // when the expiry timer fires (see armExpiry); zero while it is stopped
+	armed   time.Time     // when the expiry timer fires (see armExpiry); zero until the loop first sets it
 	kick    chan struct{} // capacity 1: a hold was added that the loop must learn of (see add)
+	kicks   atomic.Int64  // kicks sent, for tests: an uncontended Lock+Unlock sends none
 }
 
 // A renewal is one held lock as the watchdog sees it. Locks of every kind
@@ -128,6 +130,7 @@ func (w *watchdog) enlist(h *renewal, until time.Time, handed bool) {
 	if wake {
 		select {
 		case w.kick <- struct{}{}:
+			w.kicks.Add(1)
 		default:
 		}
 	}
@@ -217,7 +220,12 @@ func (w *watchdog) loop() {
 func (w *watchdog) expiryMargin() time.Duration { return w.c.opts.watchdogTimeout / 20 }
 
 // armExpiry sets t to fire when the earliest lease is about to end unless
-// renewed.
+// renewed. With nothing held it is set for the earliest a hold of the usual
+// lease (the watchdog timeout) taken from now on could need it: such a hold,
+// the common case, then finds the timer early enough and need not wake the
+// loop (see enlist). Were the timer stopped instead, every Lock after the
+// loop had looked at an empty table would wake it again: on an uncontended
+// lock, nearly every Lock.
 func (w *watchdog) armExpiry(t *time.Timer) {
 	w.mu.Lock()
 	var earliest time.Time
@@ -226,16 +234,12 @@ func (w *watchdog) armExpiry(t *time.Timer) {
 			earliest = h.until
 		}
 	}
-	w.armed = time.Time{}
-	if !earliest.IsZero() {
-		w.armed = earliest.Add(-w.expiryMargin())
+	if earliest.IsZero() {
+		earliest = time.Now().Add(w.c.opts.watchdogTimeout)
 	}
+	w.armed = earliest.Add(-w.expiryMargin())
 	// Reset under mu: an add that reads armed finds the timer set to it.
-	if w.armed.IsZero() {
-		t.Stop()
-	} else {
-		t.Reset(max(time.Until(w.armed), 0))
-	}
+	t.Reset(max(time.Until(w.armed), 0))
 	w.mu.Unlock()
 }
 

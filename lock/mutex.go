@@ -137,7 +137,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // The Mutex is the kind of its holds: Redisson's RLock layout.
 
 func (m *Mutex) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
-	n, err := acquireScript.runBoxed(ctx, via, m.args[0:2], m.c.leaseArg(h.lease), h.fieldArg[0], 0, tokenBlock, m.c.tokenTTL).Int64()
+	n, err := acquireScript.runBoxed(ctx, via, m.args[0:2], m.c.leaseArg(h.lease), h.fieldArg[0], 0, m.c.tokenTTL).Int64()
 	if err != nil {
 		return false, 0, err
 	}

@@ -392,6 +392,25 @@ func TestMutex_TokenKeepsIncreasingWhenCounterIsBehindClock(t *testing.T) {
 	}
 }
 
+// A Mutex's acquisition leaves the counter at the last token of its block,
+// the one its handovers may give out: acquire.lua has the block's size
+// written in, and it must be the one the Go side counts on.
+func TestMutex_AcquisitionReservesTheTokenBlock(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1)[0]
+	name := lockName(t)
+	ctx, err := c.Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Mutex(name).Unlock(ctx)
+	tok, _ := fencing.FromContext(ctx)
+	v := fmt.Sprint(srv.Do("GET", "redisson_lock_token:{"+name+"}"))
+	if n, err := strconv.ParseInt(v, 10, 64); err != nil || fencing.Token(n) != tok+lock.TokenBlock-1 {
+		t.Fatalf("token %d, counter %q: want the counter at the block's last token %d", tok, v, tok+lock.TokenBlock-1)
+	}
+}
+
 func TestMutex_RejectsBadInput(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := instances(t, srv, 1)[0]

@@ -43,14 +43,17 @@ func WithWatchdogTimeout(d time.Duration) Option {
 }
 
 // DefaultTokenExpiry is how long a lock name's fencing token counter
-// ("redisson_lock_token:{<name>}") survives without an acquisition that
-// issues a token from it.
+// ("redisson_lock_token:{<name>}") survives at least without an acquisition
+// that issues a token from it (and at most an eighth longer: see
+// WithTokenExpiry).
 const DefaultTokenExpiry = 24 * time.Hour
 
 // WithTokenExpiry sets how long a lock name's fencing token counter survives
-// without an acquisition; every acquisition that issues a token (or raises
-// the counter: MultiLock, RedLock) sets it anew. Default DefaultTokenExpiry
-// (24h). The expiry keeps names made from requests ("sku:<sku>" with
+// at least without an acquisition: it ends between d and d + d/8 after the
+// last acquisition that issued a token from it (or raised it: MultiLock,
+// RedLock). Acquisitions keep the counter's expiry as it is, which costs
+// Redis less than setting it, except the first of every eighth of d, which
+// sets it to d + d/8. Default DefaultTokenExpiry (24h). The expiry keeps names made from requests ("sku:<sku>" with
 // made-up SKUs) from growing Redis without bound, and it cannot make tokens
 // go backwards: tokens follow the Redis clock (max(stored+1, TIME in µs)),
 // so the first token after an expiry is the clock again, above every token

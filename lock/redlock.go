@@ -264,7 +264,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		start = time.Now()
 		res := r.each(ctx, nodeTimeout, func(ctx context.Context, i int) (any, error) {
 			h := holds[i]
-			n, err := r.clients[i].run(ctx, acquireScript, r.nodes[i].keys, leases[i], h.field, h.levels, 1, r.clients[i].tokenTTL).Int64()
+			n, err := r.clients[i].run(ctx, acquireScript, r.nodes[i].keys, leases[i], h.field, h.levels, r.clients[i].tokenTTL).Int64()
 			return acquireReply(n), err
 		})
 		taken = make([]bool, len(r.clients))

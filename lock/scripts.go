@@ -52,7 +52,7 @@ func embeddedScript(name string) string {
 // used; fairlib.lua and rwlib.lua hold what the scripts of one kind share
 // and use lib.lua's clock.
 var (
-	acquireScript     = loadScript("acquire.lua", "lib.lua")
+	acquireScript     = loadScript("acquire.lua") // lib.lua inline: see the script
 	releaseScript     = loadScript("release.lua")
 	renewScript       = loadScript("renew.lua")
 	forceUnlockScript = loadScript("forceunlock.lua")

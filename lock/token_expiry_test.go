@@ -24,7 +24,8 @@ func counterTTL(t *testing.T, srv *testenv.RedisServer, name string) time.Durati
 
 // Lock names made from requests leave nothing behind for long: after many
 // made-up names, taken by every kind that issues tokens, each name's token
-// counter has the idle expiry (24h by default).
+// counter has the idle expiry (24h by default; set to an eighth more, see
+// TestToken_ACounterInUseLivesItsExpiryAfterEachToken).
 func TestToken_EveryCounterOfMadeUpNamesHasAnIdleExpiry(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := instances(t, srv, 1)[0]
@@ -68,7 +69,7 @@ func TestToken_EveryCounterOfMadeUpNamesHasAnIdleExpiry(t *testing.T) {
 		return func() error { return r.Unlock(ctx) }, err
 	})
 	for _, n := range names {
-		if d := counterTTL(t, srv, n); d <= 23*time.Hour || d > lock.DefaultTokenExpiry {
+		if d := counterTTL(t, srv, n); d <= lock.DefaultTokenExpiry || d > lock.DefaultTokenExpiry*9/8 {
 			t.Fatalf("token counter of %q: PTTL %v, want an idle expiry of %v", n, d, lock.DefaultTokenExpiry)
 		}
 	}
@@ -83,7 +84,7 @@ func TestToken_WithTokenExpirySetsTheCountersExpiry(t *testing.T) {
 		expiry time.Duration
 		ok     func(time.Duration) bool
 	}{
-		{2 * time.Hour, func(d time.Duration) bool { return d > time.Hour && d <= 2*time.Hour }},
+		{2 * time.Hour, func(d time.Duration) bool { return d > 2*time.Hour-time.Second && d <= 2*time.Hour*9/8 }},
 		{0, func(d time.Duration) bool { return d == -1*time.Millisecond || d == -1 }},
 	} {
 		c := instances(t, srv, 1, lock.WithTokenExpiry(tc.expiry))[0]
@@ -100,6 +101,49 @@ func TestToken_WithTokenExpirySetsTheCountersExpiry(t *testing.T) {
 	c := lock.New(srv.Client(), lock.WithTokenExpiry(time.Second))
 	if _, err := c.Mutex(name).Lock(context.Background()); !errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("WithTokenExpiry(1s) = %v, want ErrInvalid", err)
+	}
+}
+
+// A counter lives at least its expiry after every token issued from it, for
+// every kind, though most tokens keep the expiry as it is (KEEPTTL, cheaper
+// for Redis): one whose stored token is from an earlier eighth of the
+// expiry than the clock, or from none, gets it anew; so does one ahead of
+// the clock.
+func TestToken_ACounterInUseLivesItsExpiryAfterEachToken(t *testing.T) {
+	srv := testenv.Redis(t)
+	const expiry = time.Hour
+	c := instances(t, srv, 1, lock.WithTokenExpiry(expiry))[0]
+	name := lockName(t)
+	bg := context.Background()
+	rdb := srv.Client()
+	now, err := rdb.Time(bg).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]func(n string) (context.Context, error){
+		"Mutex":     func(n string) (context.Context, error) { return c.Mutex(n).Lock(bg) },
+		"FairMutex": func(n string) (context.Context, error) { return c.FairMutex(n).Lock(bg) },
+		"RWMutex":   func(n string) (context.Context, error) { return c.RWMutex(n).Lock(bg) },
+		"MultiLock": func(n string) (context.Context, error) { return c.MultiLock(n).Lock(bg) },
+		"RedLock":   func(n string) (context.Context, error) { return lock.NewRedLock(n, c).Lock(bg) },
+	}
+	for kind, acquire := range kinds {
+		for what, stored := range map[string]int64{
+			"stored an eighth ago": now.Add(-expiry / 8).UnixMicro(),
+			"stored hours ago":     now.Add(-3 * expiry).UnixMicro(),
+			"ahead of the clock":   now.Add(expiry / 16).UnixMicro(),
+			"not a token of ours":  7,
+		} {
+			n := fmt.Sprintf("%s:%s:%s", name, kind, what)
+			// Its expiry was set long ago: it has a second left.
+			srv.Do("SET", "redisson_lock_token:{"+n+"}", stored, "PX", 1000)
+			if _, err := acquire(n); err != nil {
+				t.Fatalf("%s: %v", kind, err)
+			}
+			if d := counterTTL(t, srv, n); d < expiry-time.Second || d > expiry*9/8 {
+				t.Fatalf("%s, counter %s: PTTL %v after a token, want at least %v", kind, what, d, expiry)
+			}
+		}
 	}
 }
 

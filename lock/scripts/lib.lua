@@ -43,39 +43,63 @@ end
 -- below the clock (a clock gone back, or a counter raised past it) is it
 -- written again, from stored + 1.
 --
--- ttl (milliseconds, a string; "0" for none) is the counter's idle expiry,
--- set anew by every write: a lock name nobody acquires for that long leaves
--- nothing behind. An expired counter cannot make tokens go backwards: the
--- next token is the clock again, above every token issued before unless the
--- clock went back by more than the counter was idle.
-local function set_counter(counter, value, ttl, get)
+-- ttl (milliseconds, a string; "0" for none) is the counter's idle expiry:
+-- the counter lives at least ttl after the last token issued from it, and
+-- at most ttl/8 longer, so a lock name nobody acquires for that long leaves
+-- nothing behind. Setting an expiry costs Redis more than keeping one
+-- (KEEPTTL), so a token sets it, to ttl + ttl/8, only when the counter is
+-- new, when it was ahead of the clock (the second write below: a clock gone
+-- back is when the counter matters most), or when the token falls into
+-- another eighth of ttl than the stored one: tokens are microseconds of the
+-- clock, so within one eighth the expiry set at its first token is still
+-- at least ttl away. (An eighth whose first token came from a counter
+-- ahead of the clock may end the counter that lead sooner; by then the
+-- clock is past every token issued.) acquire.lua keeps a copy of this rule
+-- inline (the hot path), and so must any change to it.
+--
+-- An expired counter cannot make tokens go backwards: the next token is the
+-- clock again, above every token issued before unless the clock went back
+-- by more than the counter was idle.
+local function counter_expiry(ttl)
+  return string.format('%.0f', tonumber(ttl) * 9 / 8)
+end
+
+-- set_counter writes value and returns what was stored; the expiry is set
+-- when refresh is true, and otherwise by the rule above.
+local function set_counter(counter, value, ttl, refresh)
   local v = string.format('%.0f', value)
-  if ttl ~= '0' then
-    if get then return redis.call('set', counter, v, 'px', ttl, 'get') end
-    return redis.call('set', counter, v, 'px', ttl)
+  if ttl == '0' then
+    return redis.call('set', counter, v, 'get')
   end
-  if get then return redis.call('set', counter, v, 'get') end
-  return redis.call('set', counter, v)
+  if refresh then
+    return redis.call('set', counter, v, 'px', counter_expiry(ttl), 'get')
+  end
+  local stored = redis.call('set', counter, v, 'keepttl', 'get')
+  local e = ttl * 125 -- ttl/8 in microseconds (Lua reads the strings as numbers)
+  if not stored or stored - stored % e ~= value - value % e then
+    redis.call('pexpire', counter, counter_expiry(ttl))
+  end
+  return stored
 end
 
 local function issue_token(counter, floor, n, ttl)
   n = n or 1
   local token = now_us()
   if floor > token then token = floor end
-  local stored = tonumber(set_counter(counter, token + n - 1, ttl, true) or 0)
+  local stored = tonumber(set_counter(counter, token + n - 1, ttl, false) or 0)
   if stored >= token then
     token = stored + 1
-    set_counter(counter, token + n - 1, ttl, false)
+    set_counter(counter, token + n - 1, ttl, true)
   end
   return token
 end
 
 -- raise_token makes the counter key at least t, so that every later token of
--- its lock is above t, and refreshes its idle expiry ttl (see issue_token).
+-- its lock is above t, and refreshes its idle expiry ttl (see set_counter).
 local function raise_token(counter, t, ttl)
   if tonumber(redis.call('get', counter) or 0) < t then
-    set_counter(counter, t, ttl, false)
+    set_counter(counter, t, ttl, true)
   elseif ttl ~= '0' then
-    redis.call('pexpire', counter, ttl)
+    redis.call('pexpire', counter, counter_expiry(ttl))
   end
 end

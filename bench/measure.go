@@ -40,8 +40,9 @@ func isSetup(name string) bool {
 
 // serverStats is what INFO reports about the work Redis did so far.
 type serverStats struct {
-	calls map[string]int64 // INFO commandstats calls by command name (script-internal calls included)
-	cpu   time.Duration    // used_cpu_user + used_cpu_sys
+	calls  map[string]int64 // INFO commandstats calls by command name (script-internal calls included)
+	cpu    time.Duration    // used_cpu_user + used_cpu_sys
+	script time.Duration    // INFO commandstats usec of EVALSHA and EVAL: the time Redis spent running scripts
 }
 
 // readServerStats reads INFO commandstats and cpu in one call.
@@ -61,10 +62,15 @@ func readServerStats(ctx context.Context, admin *redis.Client) (serverStats, err
 		}
 		switch {
 		case strings.HasPrefix(k, "cmdstat_"):
+			name := strings.TrimPrefix(k, "cmdstat_")
 			for _, f := range strings.Split(v, ",") {
 				if n, ok := strings.CutPrefix(f, "calls="); ok {
 					c, _ := strconv.ParseInt(n, 10, 64)
-					st.calls[strings.TrimPrefix(k, "cmdstat_")] = c
+					st.calls[name] = c
+				}
+				if n, ok := strings.CutPrefix(f, "usec="); ok && (name == "evalsha" || name == "eval") {
+					us, _ := strconv.ParseInt(n, 10, 64)
+					st.script += time.Duration(us) * time.Microsecond
 				}
 			}
 		case k == "used_cpu_user" || k == "used_cpu_sys":
@@ -131,6 +137,7 @@ type cost struct {
 	byCommand map[string]int64 // executed, by name
 	cpu       time.Duration    // this process
 	redisCPU  time.Duration    // redis-server
+	script    time.Duration    // redis-server running script calls (commandstats usec)
 	mallocs   uint64
 	bytes     uint64
 }
@@ -151,6 +158,7 @@ func (c cost) plus(d cost) cost {
 		byCommand: by,
 		cpu:       c.cpu + d.cpu,
 		redisCPU:  c.redisCPU + d.redisCPU,
+		script:    c.script + d.script,
 		mallocs:   c.mallocs + d.mallocs,
 		bytes:     c.bytes + d.bytes,
 	}
@@ -165,6 +173,7 @@ func costBetween(a, b snapshot) cost {
 		byCommand: by,
 		cpu:       b.cpu - a.cpu,
 		redisCPU:  b.server.cpu - a.server.cpu,
+		script:    b.server.script - a.server.script,
 		mallocs:   b.mallocs - a.mallocs,
 		bytes:     b.bytes - a.bytes,
 	}
@@ -250,4 +259,30 @@ func settle(ctx context.Context, limit time.Duration) (time.Duration, bool, erro
 		}
 	}
 	return time.Since(start), false, nil
+}
+
+// inGoRedis is a go-redis hook that adds up the time its client's commands
+// spend in go-redis: writing them, the round trip, Redis running them, and
+// reading the replies. A cycle's time less this is what the library's own
+// code took between and around its round trips. One goroutine at a time.
+type inGoRedis struct{ d time.Duration }
+
+func (h *inGoRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *inGoRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		t := time.Now()
+		err := next(ctx, cmd)
+		h.d += time.Since(t)
+		return err
+	}
+}
+
+func (h *inGoRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		t := time.Now()
+		err := next(ctx, cmds)
+		h.d += time.Since(t)
+		return err
+	}
 }

@@ -229,6 +229,8 @@ func (r *results) addUncontended(c contender, u uncontended) {
 	r.add("unc", c.name, "exec", float64(u.cost.executed)/n)
 	r.add("unc", c.name, "cpu", float64(u.cost.cpu.Nanoseconds())/1e3/n)
 	r.add("unc", c.name, "rcpu", float64(u.cost.redisCPU.Nanoseconds())/1e3/n)
+	r.add("unc", c.name, "outside", percentile(u.outside, 50)/1e3)
+	r.add("unc", c.name, "script", float64(u.cost.script.Nanoseconds())/1e3/n)
 	r.add("unc", c.name, "allocs", float64(u.cost.mallocs)/n)
 	r.add("unc", c.name, "bytes", float64(u.cost.bytes)/n)
 	r.keepBreakdown("unc", c.name, u.cost.byCommand, n)

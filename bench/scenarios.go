@@ -44,9 +44,10 @@ func (e *env) reset(ctx context.Context) error {
 
 // uncontended is one goroutine locking and unlocking a lock nobody else uses.
 type uncontended struct {
-	cycles []time.Duration // each Lock+Unlock, sorted
-	blocks []time.Duration // the median Lock+Unlock of each block, in block order
-	cost   cost            // summed over the blocks
+	cycles  []time.Duration // each Lock+Unlock, sorted
+	outside []time.Duration // each Lock+Unlock's time outside go-redis (see inGoRedis), sorted
+	blocks  []time.Duration // the median Lock+Unlock of each block, in block order
+	cost    cost            // summed over the blocks
 }
 
 // runUncontended measures every contender's uncontended Lock+Unlock. The
@@ -57,17 +58,18 @@ func runUncontended(ctx context.Context, e *env, cs []contender, ops, blocks int
 	type subject struct {
 		c    contender
 		sent *testenv.CommandCounter
+		in   *inGoRedis
 		m    mutex
 		out  uncontended
 	}
 	subs := make([]*subject, len(cs))
 	for i, c := range cs {
-		sent := testenv.NewCommandCounter()
-		rdb := e.client(sent)
+		sent, in := testenv.NewCommandCounter(), new(inGoRedis)
+		rdb := e.client(sent, in)
 		defer rdb.Close()
 		inst := c.open(rdb)
 		defer inst.close()
-		subs[i] = &subject{c: c, sent: sent, m: inst.mutex(prefix + ":" + strconv.Itoa(i))}
+		subs[i] = &subject{c: c, sent: sent, in: in, m: inst.mutex(prefix + ":" + strconv.Itoa(i))}
 	}
 	cycle := func(s *subject) error {
 		if err := s.m.lock(ctx); err != nil {
@@ -99,11 +101,13 @@ func runUncontended(ctx context.Context, e *env, cs []contender, ops, blocks int
 				return nil, err
 			}
 			for range n {
-				t := time.Now()
+				t, in := time.Now(), s.in.d
 				if err := cycle(s); err != nil {
 					return nil, err
 				}
-				s.out.cycles = append(s.out.cycles, time.Since(t))
+				d := time.Since(t)
+				s.out.cycles = append(s.out.cycles, d)
+				s.out.outside = append(s.out.outside, d-(s.in.d-in))
 			}
 			block := sortDurations(slices.Clone(s.out.cycles[len(s.out.cycles)-n:]))
 			s.out.blocks = append(s.out.blocks, time.Duration(percentile(block, 50)))
@@ -117,6 +121,7 @@ func runUncontended(ctx context.Context, e *env, cs []contender, ops, blocks int
 	out := make(map[string]uncontended, len(subs))
 	for _, s := range subs {
 		sortDurations(s.out.cycles)
+		sortDurations(s.out.outside)
 		out[s.c.name] = s.out
 	}
 	return out, nil

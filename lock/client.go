@@ -62,6 +62,7 @@ type Client struct {
 
 	qmu    sync.Mutex
 	queues map[string]*waitQueue    // by unlock channel
+	nqueue atomic.Int32             // len(queues), set under qmu: 0 lets an uncontended Lock and Unlock skip qmu (see queued)
 	relays map[string]map[relay]int // unlock channels forwarded to other Clients' queues
 
 	subs *subscriber

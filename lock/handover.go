@@ -161,6 +161,9 @@ func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
 	if _, ok := h.kind.(handing); !ok {
 		return nil, false
 	}
+	if c.nqueue.Load() == 0 {
+		return nil, false // nobody of this Client waits anywhere (see queued)
+	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[h.kind.channel(h)]

@@ -121,7 +121,12 @@ type waiter struct {
 }
 
 // queued reports whether goroutines of this Client wait in the queue name.
+// A Client nobody of which waits anywhere, the uncontended case, answers
+// without taking qmu: a queue exists only while it has waiters.
 func (c *Client) queued(name string) bool {
+	if c.nqueue.Load() == 0 {
+		return false
+	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[name]
@@ -139,6 +144,7 @@ func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*wait
 	if q == nil {
 		q = &waitQueue{name: name, channel: channel}
 		c.queues[name] = q
+		c.nqueue.Store(int32(len(c.queues)))
 	}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
@@ -174,6 +180,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 	var also *chanSub
 	if len(q.waiters) == 0 {
 		delete(c.queues, q.name)
+		c.nqueue.Store(int32(len(c.queues)))
 		release, q.sub = q.sub, nil
 		also, q.line.sub = q.line.sub, nil
 	}

@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/lock"
 )
 
@@ -109,6 +113,12 @@ func contenders() []contender {
 			config:          "as floor (Redisson), plus the fencing token this framework issues on every first acquisition (docs/LOCKS.md) (TIME and the counter's SET … GET). No reentrancy bookkeeping, watchdog, context or retry: the least any implementation of this framework's contract costs. Uncontended scenario only",
 			uncontendedOnly: true,
 			open:            func(rdb *redis.Client) instance { return openLayoutFloor(rdb, contractTake) },
+		},
+		{
+			name:            "floor (lock's scripts, context)",
+			config:          "the Mutex's own two scripts (lock/scripts/acquire.lua and release.lua, read from the source tree) with the arguments the Mutex sends, and the least Go bookkeeping a hold of this framework's contract needs: a field per acquisition, a cancellable context carrying the hold and its fencing token, and a registration under a mutex that a watchdog could renew (made on Lock, removed on Unlock). No reentrancy, queue, observer or retry. What is left of the Mutex's cost over it is the rest of its own code. Uncontended scenario only",
+			uncontendedOnly: true,
+			open:            openLeanFloor,
 		},
 	}
 }
@@ -372,6 +382,90 @@ func (m *layoutMutex) unlock() error {
 	n, err := contractRelease.Run(context.Background(), m.i.rdb, m.release, m.i.owner).Int()
 	if err == nil && n != 1 {
 		err = errors.New("layout floor: not held")
+	}
+	return err
+}
+
+// ---- the lean floor: the lock's scripts and the least Go bookkeeping ----
+
+var (
+	leanAcquire = redis.NewScript(lockScript("acquire.lua"))
+	leanRelease = redis.NewScript(lockScript("release.lua"))
+)
+
+// lockScript returns the text of the lock package's script name, read from
+// the source tree (the bench runs from bench/), as lock assembles a script
+// that names no library.
+func lockScript(name string) string {
+	b, err := os.ReadFile(filepath.Join("..", "lock", "scripts", name))
+	if err != nil {
+		panic("bench: the lean floor needs the lock package's scripts: " + err.Error())
+	}
+	return string(b) + "\n"
+}
+
+type leanInstance struct {
+	rdb *redis.Client
+	id  string // "<instance id>:", the owner field's prefix
+	seq atomic.Int64
+
+	mu   sync.Mutex
+	held map[*leanHold]struct{} // what a watchdog would renew
+}
+
+type leanHold struct {
+	field string
+	ctx   context.Context
+	end   context.CancelCauseFunc
+}
+
+type leanKey struct{}
+
+func openLeanFloor(rdb *redis.Client) instance {
+	return &leanInstance{rdb: rdb, id: "lean-floor-" + strconv.FormatInt(floorSeq.Add(1), 10) + ":", held: make(map[*leanHold]struct{})}
+}
+
+func (i *leanInstance) mutex(name string) mutex {
+	return &leanMutex{i: i,
+		take:    []string{name, "redisson_lock_token:{" + name + "}"},
+		release: []string{name, "redisson_lock__channel:{" + name + "}"}}
+}
+func (i *leanInstance) close() {}
+
+type leanMutex struct {
+	i             *leanInstance
+	take, release []string
+	ctx           context.Context // the last Lock's, which unlock releases
+}
+
+func (m *leanMutex) lock(ctx context.Context) error {
+	h := &leanHold{field: m.i.id + strconv.FormatInt(m.i.seq.Add(1), 10)}
+	for {
+		tok, err := leanAcquire.Run(ctx, m.i.rdb, m.take, "30000", h.field, 0, "86400000").Int64()
+		if err == nil && tok > 0 {
+			hctx, end := context.WithCancelCause(ctx)
+			h.ctx, h.end = fencing.WithToken(context.WithValue(hctx, leanKey{}, h), fencing.Token(tok)), end
+			m.i.mu.Lock()
+			m.i.held[h] = struct{}{}
+			m.i.mu.Unlock()
+			m.ctx = h.ctx
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (m *leanMutex) unlock() error {
+	h := m.ctx.Value(leanKey{}).(*leanHold)
+	n, err := leanRelease.Run(context.WithoutCancel(h.ctx), m.i.rdb, m.release, h.field, 1, "publish").Int64()
+	m.i.mu.Lock()
+	delete(m.i.held, h)
+	m.i.mu.Unlock()
+	h.end(errors.New("lean floor: released"))
+	if err == nil && n != 0 {
+		err = errors.New("lean floor: not held")
 	}
 	return err
 }

@@ -22,7 +22,7 @@ func benchEnv(b *testing.B) *env {
 
 // sub names a sub-benchmark after a contender.
 func sub(c contender) string {
-	r := strings.NewReplacer(" ", "", "(", "-", ")", "", "/", "-")
+	r := strings.NewReplacer(", ", "-", " ", "", "(", "-", ")", "", "/", "-")
 	return r.Replace(c.name)
 }
 

@@ -115,7 +115,7 @@ func contenders() []contender {
 			open:            func(rdb *redis.Client) instance { return openLayoutFloor(rdb, contractTake) },
 		},
 		{
-			name:            "floor (lock's scripts, context)",
+			name:            "floor (scripts, context)",
 			config:          "the Mutex's own two scripts (lock/scripts/acquire.lua and release.lua, read from the source tree) with the arguments the Mutex sends, and the least Go bookkeeping a hold of this framework's contract needs: a field per acquisition, a cancellable context carrying the hold and its fencing token, and a registration under a mutex that a watchdog could renew (made on Lock, removed on Unlock). No reentrancy, queue, observer or retry. What is left of the Mutex's cost over it is the rest of its own code. Uncontended scenario only",
 			uncontendedOnly: true,
 			open:            openLeanFloor,

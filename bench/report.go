@@ -443,9 +443,9 @@ func writeTargets(w io.Writer, cfg config, r *results) {
 				t.row(ref.what, "—", fmt.Sprintf("%s µs (%+.1f%%)", num(median(r.get("unc", ref.name, "us"))), x), "—", "—")
 			}
 		}
-		if x := median(r.get("unc", "floor (lock's scripts, context)", "vscontract")); !math.IsNaN(x) {
-			t.row("(reference) the Mutex's own scripts and the least Go bookkeeping of a hold (a context with the hold and its token, a watchdog registration): floor (lock's scripts, context) over floor (contract)", "—",
-				fmt.Sprintf("%s µs (%+.1f%%)", num(median(r.get("unc", "floor (lock's scripts, context)", "us"))), x), "—", "—")
+		if x := median(r.get("unc", "floor (scripts, context)", "vscontract")); !math.IsNaN(x) {
+			t.row("(reference) the Mutex's own scripts and the least Go bookkeeping of a hold (a context with the hold and its token, a watchdog registration): floor (scripts, context) over floor (contract)", "—",
+				fmt.Sprintf("%s µs (%+.1f%%)", num(median(r.get("unc", "floor (scripts, context)", "us"))), x), "—", "—")
 		}
 		if o, f := median(r.get("unc", ours, "vscontract")), median(r.get("unc", fair, "vscontract")); !math.IsNaN(o) {
 			t.row("uncontended: what the library's own code adds, over floor (contract) in the same blocks, ≤ +5% (request-cost issue)", fmt.Sprintf("%+.1f%%", o), "—", verdict(o <= 5), fmt.Sprintf("%+.1f%% [%s]", f, verdict(f <= 5)))

@@ -156,8 +156,14 @@ func TestService_RowLockRefusesAnOlderHolderBetweenTheReadAndTheWrite(t *testing
 				return
 			default:
 			}
+			// Waiting: InnoDB lists its transaction as in LOCK WAIT, or
+			// the server has been running its UPDATE for 50 ms, on a row
+			// the purchase holds locked. (MariaDB does not always list an
+			// autocommit UPDATE that waits for its first row lock in
+			// INNODB_TRX; its PROCESSLIST shows the statement running.)
 			var waiting int64
-			err := db.Raw("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", id).Scan(&waiting).Error
+			err := db.Raw(`SELECT (SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT')
+				+ (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND COMMAND = 'Query' AND INFO LIKE 'UPDATE%' AND TIME_MS >= 50)`, id, id).Scan(&waiting).Error
 			if err != nil {
 				t.Error(err)
 				return

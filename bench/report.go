@@ -461,6 +461,7 @@ func writeTargets(w io.Writer, cfg config, r *results) {
 			min              float64
 		}{
 			{"http1024", "guard", "HTTP, 1,024 SKUs: requests/s, guard ÷ none ≥ 0.80 (request-cost issue)", 0.80},
+			{"http1", "local", "(reference) HTTP, one SKU: requests/s, local (a process-wide sync.Mutex, no Redis: a lock that costs nothing) ÷ none, against the 0.60 asked of guard", 0.60},
 			{"http1", "guard", "HTTP, one SKU: requests/s, guard ÷ none ≥ 0.60 (request-cost issue)", 0.60},
 			{"http1024", "guard, with Idempotency-Key", "HTTP, 1,024 SKUs: requests/s, guard with Idempotency-Key ÷ none ≥ 0.70 (request-cost issue)", 0.70},
 			{"http1", "guard-combine", "HTTP, one SKU: requests/s, guard-combine ÷ none ≥ 1.0 (combining issue)", 1.0},

@@ -355,9 +355,15 @@ func openLayoutFloor(rdb *redis.Client, take *redis.Script) instance {
 }
 
 func (i *layoutInstance) mutex(name string) mutex {
-	return &layoutMutex{i: i,
-		take:    []string{name, "redisson_lock_token:{" + name + "}"},
-		release: []string{name, "redisson_lock__channel:{" + name + "}"}}
+	take, release := layoutKeys(name)
+	return &layoutMutex{i: i, take: take, release: release}
+}
+
+// layoutKeys returns the keys of Redisson's RLock layout for a lock called
+// name: those its acquisition touches (the lock hash, the token counter)
+// and those its release does (the hash, the unlock channel).
+func layoutKeys(name string) (take, release []string) {
+	return []string{name, "redisson_lock_token:{" + name + "}"}, []string{name, "redisson_lock__channel:{" + name + "}"}
 }
 func (i *layoutInstance) close() {}
 
@@ -426,9 +432,8 @@ func openLeanFloor(rdb *redis.Client) instance {
 }
 
 func (i *leanInstance) mutex(name string) mutex {
-	return &leanMutex{i: i,
-		take:    []string{name, "redisson_lock_token:{" + name + "}"},
-		release: []string{name, "redisson_lock__channel:{" + name + "}"}}
+	take, release := layoutKeys(name)
+	return &leanMutex{i: i, take: take, release: release}
 }
 func (i *leanInstance) close() {}
 

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/internal/testkit/faults"
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
@@ -89,13 +87,7 @@ func TestLoss_AHoldFoundGoneEndsAndTheNextLockIsFresh(t *testing.T) {
 // was sent for.
 func TestLoss_TheRollbackAfterALeaseEndLeavesTheNextHoldAlone(t *testing.T) {
 	srv := testenv.Redis(t)
-	p, err := faults.NewProxy(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
-	t.Cleanup(func() { rdb.Close() })
+	p, rdb := proxied(t, srv)
 	const timeout = 900 * time.Millisecond
 	c := lock.New(rdb, lock.WithWatchdogTimeout(timeout))
 	t.Cleanup(func() { c.Close() })

@@ -96,18 +96,11 @@ func TestCost_UncontendedLockUnlockAllocatesAtMost20Times(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := lock.New(srv.Client())
 	defer c.Close()
-	m := c.Mutex(lockName(t))
-	var err error
-	cycle := func() {
-		var held context.Context
-		if held, err = m.Lock(context.Background()); err == nil {
-			err = m.Unlock(held)
-		}
-	}
+	cycle, err := lockUnlockCycle(c.Mutex(lockName(t)))
 	cycle() // loads the scripts
 	allocs := testing.AllocsPerRun(200, cycle)
-	if err != nil {
-		t.Fatal(err)
+	if *err != nil {
+		t.Fatal(*err)
 	}
 	t.Logf("%.1f allocations per uncontended Lock+Unlock", allocs)
 	if allocs > 20 {
@@ -125,14 +118,7 @@ func TestCost_UncontendedLockUnlockAllocatesAtMost1536Bytes(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := lock.New(srv.Client())
 	defer c.Close()
-	m := c.Mutex(lockName(t))
-	var err error
-	cycle := func() {
-		var held context.Context
-		if held, err = m.Lock(context.Background()); err == nil {
-			err = m.Unlock(held)
-		}
-	}
+	cycle, err := lockUnlockCycle(c.Mutex(lockName(t)))
 	for i := 0; i < 10; i++ {
 		cycle() // loads the scripts, fills go-redis' pool
 	}
@@ -140,12 +126,12 @@ func TestCost_UncontendedLockUnlockAllocatesAtMost1536Bytes(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	for i := 0; i < n && err == nil; i++ {
+	for i := 0; i < n && *err == nil; i++ {
 		cycle()
 	}
 	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
+	if *err != nil {
+		t.Fatal(*err)
 	}
 	perCycle := float64(after.TotalAlloc-before.TotalAlloc) / n
 	t.Logf("%.0f bytes allocated per uncontended Lock+Unlock", perCycle)
@@ -244,4 +230,19 @@ func TestClient_ChurnLeavesNoGoroutines(t *testing.T) {
 	}
 	holder.Mutex(name).Unlock(held)
 	holder.Close()
+}
+
+// lockUnlockCycle returns one uncontended Lock+Unlock of m, to be measured,
+// and where the cycles leave their first error.
+func lockUnlockCycle(m *lock.Mutex) (cycle func(), err *error) {
+	err = new(error)
+	return func() {
+		if *err != nil {
+			return
+		}
+		var held context.Context
+		if held, *err = m.Lock(context.Background()); *err == nil {
+			*err = m.Unlock(held)
+		}
+	}, err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/internal/testkit/faults"
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
@@ -22,6 +23,20 @@ func instances(t testing.TB, srv *testenv.RedisServer, n int, opts ...lock.Optio
 		out[i] = c
 	}
 	return out
+}
+
+// proxied returns a fault proxy in front of srv and a go-redis client that
+// reaches srv through it; both close when t ends.
+func proxied(t testing.TB, srv *testenv.RedisServer) (*faults.Proxy, *redis.Client) {
+	t.Helper()
+	p, err := faults.NewProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	return p, rdb
 }
 
 // lockName returns a lock name unique to the test.

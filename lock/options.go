@@ -53,11 +53,12 @@ const DefaultTokenExpiry = 24 * time.Hour
 // last acquisition that issued a token from it (or raised it: MultiLock,
 // RedLock). Acquisitions keep the counter's expiry as it is, which costs
 // Redis less than setting it, except the first of every eighth of d, which
-// sets it to d + d/8. Default DefaultTokenExpiry (24h). The expiry keeps names made from requests ("sku:<sku>" with
-// made-up SKUs) from growing Redis without bound, and it cannot make tokens
-// go backwards: tokens follow the Redis clock (max(stored+1, TIME in µs)),
-// so the first token after an expiry is the clock again, above every token
-// issued before unless the server's clock went back by more than d.
+// sets it to d + d/8. Default DefaultTokenExpiry (24h). The expiry keeps
+// names made from requests ("sku:<sku>" with made-up SKUs) from growing
+// Redis without bound, and it cannot make tokens go backwards: tokens
+// follow the Redis clock (max(stored+1, TIME in µs)), so the first token
+// after an expiry is the clock again, above every token issued before
+// unless the server's clock went back by more than d.
 //
 // 0 keeps counters forever, as Redisson does. Use it for names a Java
 // service locks with Redisson's RFencedLock: it INCRs the same counter, and

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seckillguard/seckillguard/internal/testkit/faults"
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
@@ -38,13 +36,7 @@ func TestWatchdog_StaleRenewalDoesNotStretchAJustFixedLease(t *testing.T) {
 
 func staleRenewalAfterFix(t *testing.T, locker func(c *lock.Client, name string) func(context.Context, ...lock.LockOption) (context.Context, error)) {
 	srv := testenv.Redis(t)
-	p, err := faults.NewProxy(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
-	t.Cleanup(func() { rdb.Close() })
+	p, rdb := proxied(t, srv)
 	c := lock.New(rdb, lock.WithWatchdogTimeout(1500*time.Millisecond)) // renewals every 500 ms
 	t.Cleanup(func() { c.Close() })
 	name := lockName(t)

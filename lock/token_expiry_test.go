@@ -120,14 +120,7 @@ func TestToken_ACounterInUseLivesItsExpiryAfterEachToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]func(n string) (context.Context, error){
-		"Mutex":     func(n string) (context.Context, error) { return c.Mutex(n).Lock(bg) },
-		"FairMutex": func(n string) (context.Context, error) { return c.FairMutex(n).Lock(bg) },
-		"RWMutex":   func(n string) (context.Context, error) { return c.RWMutex(n).Lock(bg) },
-		"MultiLock": func(n string) (context.Context, error) { return c.MultiLock(n).Lock(bg) },
-		"RedLock":   func(n string) (context.Context, error) { return lock.NewRedLock(n, c).Lock(bg) },
-	}
-	for kind, acquire := range kinds {
+	for kind, acquire := range tokenKinds(c) {
 		for what, stored := range map[string]int64{
 			"stored an eighth ago": now.Add(-expiry / 8).UnixMicro(),
 			"stored hours ago":     now.Add(-3 * expiry).UnixMicro(),
@@ -195,14 +188,7 @@ func TestToken_ScriptsApplyFencingNext(t *testing.T) {
 		}
 		return now.UnixMicro()
 	}
-	kinds := map[string]func(n string) (context.Context, error){
-		"Mutex":     func(n string) (context.Context, error) { return c.Mutex(n).Lock(bg) },
-		"FairMutex": func(n string) (context.Context, error) { return c.FairMutex(n).Lock(bg) },
-		"RWMutex":   func(n string) (context.Context, error) { return c.RWMutex(n).Lock(bg) },
-		"MultiLock": func(n string) (context.Context, error) { return c.MultiLock(n).Lock(bg) },
-		"RedLock":   func(n string) (context.Context, error) { return lock.NewRedLock(n, c).Lock(bg) },
-	}
-	for kind, acquire := range kinds {
+	for kind, acquire := range tokenKinds(c) {
 		for _, stored := range []fencing.Token{5, 1 << 52} { // behind the clock, ahead of it
 			n := fmt.Sprintf("%s:%s:%d", name, kind, stored)
 			srv.Do("SET", "redisson_lock_token:{"+n+"}", int64(stored))
@@ -217,5 +203,18 @@ func TestToken_ScriptsApplyFencingNext(t *testing.T) {
 				t.Fatalf("%s with counter %d: token %d, want fencing.Next between %d and %d", kind, stored, tok, lo, hi)
 			}
 		}
+	}
+}
+
+// tokenKinds returns, by kind, a first acquisition through c of every kind
+// that issues fencing tokens, on the lock name it is given.
+func tokenKinds(c *lock.Client) map[string]func(name string) (context.Context, error) {
+	bg := context.Background()
+	return map[string]func(string) (context.Context, error){
+		"Mutex":     func(n string) (context.Context, error) { return c.Mutex(n).Lock(bg) },
+		"FairMutex": func(n string) (context.Context, error) { return c.FairMutex(n).Lock(bg) },
+		"RWMutex":   func(n string) (context.Context, error) { return c.RWMutex(n).Lock(bg) },
+		"MultiLock": func(n string) (context.Context, error) { return c.MultiLock(n).Lock(bg) },
+		"RedLock":   func(n string) (context.Context, error) { return lock.NewRedLock(n, c).Lock(bg) },
 	}
 }

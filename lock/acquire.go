@@ -198,14 +198,10 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	h.begin(ctx, start)
 	c.holds.pin(h)
 	if !h.fixed {
-		if h.renewal.script == nil {
-			// Set once: a renewal round under way may still read them. Every
-			// kind that takes holds of one role on one key renews them alike.
-			h.renewal.script, h.renewal.keys, h.renewal.args = h.kind.renewal(h)
-		}
+		h.setRenewal()
 		if !h.handed {
 			c.dog.add(&h.renewal, start.Add(h.lease))
-		} else if !c.dog.adopt(&h.renewal) && c.holds.lose(h) {
+		} else if !c.adoptHandover(h) && c.holds.lose(h) {
 			h.end(lostError(h.name, "it was lost right after it was handed over"))
 		}
 	}

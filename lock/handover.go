@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,12 +54,17 @@ type handing interface {
 // handOver releases h's last level by handing the lock to waiter w. until,
 // when set, is when h's lease ends unless the watchdog renews it: a waiter
 // the watchdog renews too keeps that lease when enough of it is left,
-// rather than have the handover set it anew.
+// rather than have the handover set it anew, and when h has a token left in
+// its block for w too, w is woken before the transfer is sent
+// (handOverAhead).
 func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Time, renewed bool) error {
 	at := time.Now()
 	lease := w.h.lease
 	if !until.IsZero() && !w.h.fixed && w.h.lease == h.lease && until.Sub(at) > lease/2 {
 		at, lease = until.Add(-lease), 0
+		if tok, top, ok := reservedNext(h); ok {
+			return c.handOverAhead(ctx, h, w, at, tok, top, renewed)
+		}
 	}
 	tok, top, err := h.kind.(handing).transfer(context.WithoutCancel(ctx), h, w.h, lease)
 	switch {
@@ -68,37 +74,187 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 			// rather than leave it held for a waiter that does not know,
 			// and remove h's field with it, so that a transfer arriving
 			// later finds nothing to hand over.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			aerr := h.kind.(handing).abort(rctx, h, w.h)
-			cancel()
-			if aerr == nil {
-				c.handedOver(w, false, at, 0, 0)
+			if c.abortTransfer(ctx, h, w.h) == nil {
+				c.handedOver(w, false, at, 0, 0, nil)
 				return c.settle(h, renewed, 0, nil)
 			}
 		}
-		c.handedOver(w, false, at, 0, 0)
+		c.handedOver(w, false, at, 0, 0, nil)
 		return c.settle(h, renewed, 0, err)
 	case tok < 0:
-		c.handedOver(w, false, at, 0, 0)
+		c.handedOver(w, false, at, 0, 0, nil)
 		return c.settle(h, renewed, -1, nil)
 	}
 	if !w.h.fixed {
 		// Renewed from now on, not from when w's goroutine runs: on a
 		// loaded machine that can be after the lease.
-		if w.h.renewal.script == nil {
-			w.h.renewal.script, w.h.renewal.keys, w.h.renewal.args = w.h.kind.renewal(w.h)
-		}
+		w.h.setRenewal()
 		c.dog.handOff(&w.h.renewal, at.Add(w.h.lease))
 	}
-	c.handedOver(w, true, at, tok, top)
+	c.handedOver(w, true, at, tok, top, nil)
 	c.observe(h, EventHandedOver, 0, nil)
-	err = c.settle(h, renewed, 0, nil)
+	return c.handedOn(h, renewed)
+}
+
+// handOverAhead is handOver when w keeps the lease h was renewed with (its
+// lease began at at) and takes its token from h's block (tok, top): nothing
+// w is given waits for Redis, so w is woken first and runs while the
+// transfer is on its way, on h's lease, which has more than half of it left
+// (the lock stays h's in Redis until the transfer lands, and nobody else can
+// take it). On a hot key that takes the transfer's round trip off the
+// critical path, where a handover otherwise costs the next holder one.
+//
+// Until the outcome is known, w's hold is in flight (see inflightHandover):
+// every call on it that reaches Redis waits for the transfer first, and the
+// watchdog watches its lease without renewing it (see pend). When the
+// transfer fails, a waiter not yet back from Lock tries afresh; one that
+// returned holding the lock is told, as of any loss: its context ends with
+// ErrLost, and its fencing token (from h's block, below every token issued
+// after the block) is refused by the writes of whoever holds the lock next.
+func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
+	p := &inflightHandover{done: make(chan struct{})}
+	w.h.setRenewal()
+	c.dog.pend(&w.h.renewal, at.Add(w.h.lease))
+	// Told before the waiter runs, so that the new holder's events follow
+	// it; a transfer that then finds the lock gone is told as h's loss.
+	c.observe(h, EventHandedOver, 0, nil)
+	c.handedOver(w, true, at, tok, top, p)
+	k := h.kind.(handing)
+	bg := context.WithoutCancel(ctx)
+	got, _, err := k.transfer(bg, h, w.h, 0)
+	unknown := err != nil && outcomeUnknown(err)
+	if unknown {
+		// Maybe applied, maybe not (yet): a copy sent again is answered
+		// alike either way (transfer.lua), and w, running already, keeps
+		// the lock when it gets through.
+		got, _, err = k.transfer(bg, h, w.h, 0)
+		if err != nil && outcomeUnknown(err) {
+			// w is told before the lock is freed: it must not run on
+			// once the lock can be someone else's.
+			c.transferred(w.h, p, false, true)
+			if c.abortTransfer(ctx, h, w.h) == nil {
+				return c.settle(h, renewed, 0, nil)
+			}
+			return c.settle(h, renewed, 0, err)
+		}
+	}
+	switch {
+	case err != nil:
+		c.transferred(w.h, p, false, unknown)
+		return c.settle(h, renewed, 0, err)
+	case got < 0:
+		c.transferred(w.h, p, false, false)
+		return c.settle(h, renewed, -1, nil)
+	}
+	c.transferred(w.h, p, true, false)
+	return c.handedOn(h, renewed)
+}
+
+// handedOn completes h's release by a handover that succeeded.
+func (c *Client) handedOn(h *hold, renewed bool) error {
+	err := c.settle(h, renewed, 0, nil)
 	// The new holder runs first, as sync.Mutex hands over when starving:
 	// on a hot key the handovers are the critical path, and whatever the
 	// releaser does next (answer its request, take the next one) would
 	// otherwise keep its P, and the new holder waiting, until it blocks.
 	runtime.Gosched()
 	return err
+}
+
+// abortTransfer frees the lock after a transfer from h to to whose outcome
+// is unknown (see handing.abort), within a second.
+func (c *Client) abortTransfer(ctx context.Context, h, to *hold) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	return h.kind.(handing).abort(rctx, h, to)
+}
+
+// reservedNext returns the token the holder h hands its lock to gets from
+// h's block (see tokenBlock) and the block's last, when h has one left.
+func reservedNext(h *hold) (tok, top fencing.Token, ok bool) {
+	if h.top > h.token {
+		return h.token + 1, h.top, true
+	}
+	return 0, 0, false
+}
+
+// An inflightHandover is a handover whose waiter was woken before its
+// transfer reached Redis (see handOverAhead). done is closed once the
+// outcome is known; a hold's semaphore is entered only after that (see
+// hold.enter), so that no call on its field overtakes the transfer.
+type inflightHandover struct {
+	done chan struct{}
+
+	mu      sync.Mutex
+	settled bool // the outcome is known
+	ok      bool // the transfer succeeded: the lock is the waiter's in Redis
+	stray   bool // it failed, but may have left the waiter's field in the lock
+}
+
+// outcome reports whether p's outcome is known, and if so whether the
+// transfer succeeded, and if not whether the waiter's field may be left.
+func (p *inflightHandover) outcome() (settled, ok, stray bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.settled, p.ok, p.stray
+}
+
+// transferred records the outcome of p, the transfer to h sent after h's
+// waiter was woken. On success the watchdog renews h from now on. On
+// failure nothing renews it and a hold already returned by Lock is lost;
+// stray says that the lock may still carry h's field (a transfer of unknown
+// outcome), which then goes.
+func (c *Client) transferred(h *hold, p *inflightHandover, ok, stray bool) {
+	p.mu.Lock()
+	p.settled, p.ok, p.stray = true, ok, stray
+	p.mu.Unlock()
+	if ok {
+		c.dog.landed(&h.renewal)
+		close(p.done)
+		return
+	}
+	lost := c.holds.lose(h) // and its renewal goes, held or not
+	close(p.done)
+	if lost {
+		h.end(lostError(h.name, "the handover to it did not reach Redis"))
+		if stray {
+			c.goBackground(h.abandon)
+		}
+	}
+}
+
+// adoptHandover is establish's end of a handover to h (see handOff and
+// handOverAhead): it reports whether h is still held. A hold whose transfer
+// failed is not, and what the transfer may have left of it goes.
+func (c *Client) adoptHandover(h *hold) bool {
+	if p := h.inflight.Load(); p != nil {
+		if settled, ok, stray := p.outcome(); settled && !ok {
+			if stray {
+				c.goBackground(h.abandon)
+			}
+			return false
+		}
+	}
+	return c.dog.adopt(&h.renewal)
+}
+
+// awaitTransfer waits for the transfer that handed h the lock, when h's
+// waiter was woken before it was sent (see handOverAhead), and then forgets
+// it: for a waiter that gives the handover up and undoes it.
+func (h *hold) awaitTransfer() {
+	if p := h.inflight.Load(); p != nil {
+		<-p.done
+		h.inflight.Store(nil)
+	}
+}
+
+// setRenewal sets h's renewal (once: a renewal round under way may still
+// read it). Every kind that takes holds of one role on one key renews them
+// alike.
+func (h *hold) setRenewal() {
+	if h.renewal.script == nil {
+		h.renewal.script, h.renewal.keys, h.renewal.args = h.kind.renewal(h)
+	}
 }
 
 // granted records that a releasing holder of this Client handed h the lock:
@@ -276,13 +432,16 @@ func (c *Client) endTurn(channel string) {
 }
 
 // handedOver completes a handover to w reserved by reserveHandover: when it
-// succeeded (at: when w's lease began; tok and top: the token it gave w and
-// the last one reserved) w is woken holding the lock; otherwise w tries to
-// acquire at once.
-func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token) {
+// succeeded, or is on its way (p, see handOverAhead), w is woken holding the
+// lock (at: when w's lease began; tok and top: the token it gave w and the
+// last one reserved); otherwise w tries to acquire at once.
+func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token, p *inflightHandover) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	w.reserved = false
+	if p != nil {
+		w.h.inflight.Store(p)
+	}
 	if ok {
 		w.granted, w.grantAt, w.grantTok, w.grantTop = true, at, tok, top
 	} else {

@@ -508,7 +508,8 @@ type lateCalls struct {
 	left  atomic.Int32
 	delay time.Duration
 	via   *redis.Client
-	sent  chan struct{} // closed once the late command has run
+	sent  chan struct{}  // when set, closed once the late command has run (one at a time)
+	ran   sync.WaitGroup // every late command sent
 }
 
 func (h *lateCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -521,10 +522,15 @@ func (h *lateCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		args := cmd.Args()
+		sent := h.sent
+		h.ran.Add(1)
 		go func() {
+			defer h.ran.Done()
 			time.Sleep(h.delay)
 			h.via.Do(context.Background(), args...)
-			close(h.sent)
+			if sent != nil {
+				close(sent)
+			}
 		}()
 		err := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 		cmd.SetErr(err)
@@ -603,4 +609,64 @@ func TestHandover_TransferAppliedAfterItTimedOutLeavesNoPhantom(t *testing.T) {
 		break
 	}
 	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", lockName(t)) == int64(0) })
+}
+
+// A handover sent after its waiter was woken whose call and resent copy
+// both time out, and reach Redis later, is undone: the waiter ends up
+// holding the lock for real or told it lost it, and nothing is left that
+// nobody knows it holds.
+func TestHandover_ATransferWhoseResendTimesOutTooLeavesNoPhantom(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond, via: srv.Client()}
+	rdb.AddHook(late)
+	c := lock.New(rdb) // a lease of 30s: a phantom would hold the lock that long
+	defer c.Close()
+	name := lockName(t)
+	m := c.Mutex(name)
+	bg := context.Background()
+	held, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := waiting(t, m) // a first handover: Redis learns the script
+	m.Unlock(held)
+	if held = <-next; held == nil {
+		t.FailNow()
+	}
+	for round := 0; ; round++ {
+		if round == 5 {
+			t.Fatal("no handover in 5 rounds")
+		}
+		next = waiting(t, m)
+		late.left.Store(2)
+		m.Unlock(held)
+		var ctx context.Context
+		select {
+		case ctx = <-next:
+			if ctx == nil {
+				t.FailNow()
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("the waiter did not get the lock within 3s of its release")
+		}
+		if late.left.Swap(0) == 2 { // not handed over
+			held = ctx
+			continue
+		}
+		late.ran.Wait()
+		t.Logf("after the handover, the waiter's context: %v", context.Cause(ctx))
+		if ctx.Err() == nil {
+			if n, _ := srv.Client().HLen(bg, name).Result(); n != 1 {
+				t.Fatalf("the waiter holds the lock, but its hash has %d fields", n)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatalf("the waiter's unlock: %v", err)
+			}
+		} else if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLost) {
+			t.Fatalf("the waiter's hold ended with %v, want ErrLost", cause)
+		}
+		break
+	}
+	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", name) == int64(0) })
 }

@@ -120,6 +120,10 @@ type hold struct {
 	stopLife func() bool // stops the release that parent's end would trigger (see establish)
 	expiry   *time.Timer // ends ctx when a fixed lease runs out; nil without one
 
+	// inflight is the handover that made the hold, while it may still be
+	// on its way to Redis (see handOverAhead); nil otherwise.
+	inflight atomic.Pointer[inflightHandover]
+
 	renewal renewal // how the watchdog renews the hold
 	// waiting is how the watchdog keeps the owner's place in a wait line
 	// alive: allocated by the first attempt that leaves the owner in line
@@ -171,14 +175,33 @@ func (c *Client) heldVia(ctx context.Context, hk any) *hold {
 	return nil
 }
 
-// enter waits for h's semaphore or for ctx to end.
+// enter waits for h's semaphore or for ctx to end. A hold handed over ahead
+// of its transfer (see handOverAhead) is entered once the transfer's
+// outcome is known: every operation that enters it may send h's field to
+// Redis, and none may overtake the transfer.
 func (h *hold) enter(ctx context.Context) error {
+	if err := h.landed(ctx); err != nil {
+		return err
+	}
 	select {
 	case h.sem <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// landed waits until the transfer that handed h the lock, if it was sent
+// after h's waiter was woken, has an outcome, or until ctx ends.
+func (h *hold) landed(ctx context.Context) error {
+	if p := h.inflight.Load(); p != nil {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // leave releases h's semaphore.

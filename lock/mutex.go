@@ -205,10 +205,7 @@ func (m *Mutex) renewal(h *hold) (*script, []string, []any) {
 // from's when from has one reserved, and a new block of tokenBlock
 // otherwise.
 func (m *Mutex) transfer(ctx context.Context, from, to *hold, lease time.Duration) (tok, top fencing.Token, err error) {
-	var next fencing.Token
-	if from.top > from.token {
-		next = from.token + 1
-	}
+	next, _, _ := reservedNext(from)
 	n, err := m.c.run(ctx, transferScript, m.keys, from.field, to.field, msArg(lease), int64(next), tokenBlock, m.c.tokenTTL).Int64()
 	switch {
 	case err != nil || n < 0:
@@ -280,6 +277,9 @@ func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, 
 	h := c.heldVia(ctx, hk)
 	if h == nil {
 		return 0, nil
+	}
+	if err := h.landed(ctx); err != nil {
+		return 0, ctxErr(name, ctx)
 	}
 	n, err := c.rdb.HGet(ctx, key, h.field).Int()
 	if errors.Is(err, redis.Nil) || err != nil && !c.holds.stillHeld(h) {

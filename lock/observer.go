@@ -18,7 +18,8 @@ const (
 	EventAcquired EventType = iota + 1
 	// EventHandedOver: the holder's final Unlock handed the lock to a
 	// waiter of the same Client without freeing it (the waiter reports its
-	// own EventAcquired).
+	// own EventAcquired). When the waiter runs before the handover reaches
+	// Redis and Redis then finds the lock gone, EventLost follows.
 	EventHandedOver
 	// EventRenewed: the watchdog renewed the hold's lease.
 	EventRenewed

@@ -200,10 +200,10 @@ func (wt *waitRun) take() waitStep {
 	at, tok, top := w.grantAt, w.grantTok, w.grantTop
 	c.qmu.Unlock()
 	if !c.grantLasts(h, at) {
-		// Its lease ran out before this goroutine ran: the lock may be
-		// someone else's by now. What is left of it goes, and the head
-		// tries afresh.
-		h.kind.undo(context.WithoutCancel(wt.ctx), h, true)
+		// Its lease ran out before this goroutine ran, or the transfer sent
+		// after it was woken failed: the lock may be someone else's by now.
+		// What is left of it goes, and the head tries afresh.
+		c.dropGrant(wt.ctx, h)
 		c.qmu.Lock()
 		w.granted, w.tryNow = false, w.head
 		c.qmu.Unlock()
@@ -216,14 +216,31 @@ func (wt *waitRun) take() waitStep {
 
 // grantLasts reports whether the lock handed over to h, its lease begun at
 // at, is still h's to take: its fixed lease has not run out, or the
-// watchdog has renewed it since the handover (see handOff) and it has more
-// than the watchdog's margin left. Otherwise the watchdog no longer renews
-// it.
+// watchdog has watched it since the handover (see handOff and pend) and it
+// has more than the watchdog's margin left, and its transfer, when sent
+// after the waiter was woken (see handOverAhead), has not failed. Otherwise
+// the watchdog no longer renews it.
 func (c *Client) grantLasts(h *hold, at time.Time) bool {
 	if h.fixed {
 		return time.Now().Before(at.Add(h.lease))
 	}
+	if p := h.inflight.Load(); p != nil {
+		if settled, ok, _ := p.outcome(); settled && !ok {
+			return false
+		}
+	}
 	return c.dog.claim(&h.renewal)
+}
+
+// dropGrant undoes a handover to h that its waiter does not take: once its
+// transfer, if still on its way, has an outcome, nothing renews h and
+// whatever Redis holds of it goes.
+func (c *Client) dropGrant(ctx context.Context, h *hold) {
+	h.awaitTransfer()
+	if !h.fixed {
+		c.dog.remove(&h.renewal)
+	}
+	h.kind.undo(context.WithoutCancel(ctx), h, true)
 }
 
 // turn is the head's turn to try: it subscribes first, so that an unlock
@@ -318,10 +335,7 @@ func (wt *waitRun) giveUp(err error, keep bool) error {
 			h.granted(at, tok, top)
 			return nil
 		}
-		if !h.fixed {
-			wt.c.dog.remove(&h.renewal)
-		}
-		h.kind.undo(context.WithoutCancel(wt.ctx), h, true)
+		wt.c.dropGrant(wt.ctx, h)
 	}
 	return err
 }

@@ -55,6 +55,9 @@ type renewal struct {
 	// has not taken the lock yet (see handOff): a loss meanwhile only
 	// drops it, and the waiter finds it gone when it claims it.
 	handed bool
+	// pending, guarded by watchdog.mu: a hold handed over ahead of its
+	// transfer (see pend): not renewed until the transfer landed.
+	pending bool
 }
 
 // fail reports that the lock or the place r renews is lost, for why.
@@ -84,13 +87,28 @@ func newWatchdog(c *Client) *watchdog {
 // for h or not at all, and when no pass is scheduled; otherwise the timer
 // fires first, and re-arms itself for h among the others (a hold of the
 // usual lease, added after the others, needs no wake-up).
-func (w *watchdog) add(h *renewal, until time.Time) { w.enlist(h, until, false) }
+func (w *watchdog) add(h *renewal, until time.Time) { w.enlist(h, until, false, false) }
 
 // handOff starts renewing h, the hold a releaser has just handed the lock
 // to, whose lease runs until until: from the handover on, however late its
 // waiter's goroutine runs. Until the waiter claims it, h is not told of a
 // loss (its owner is not held yet): the loss only stops its renewals.
-func (w *watchdog) handOff(h *renewal, until time.Time) { w.enlist(h, until, true) }
+func (w *watchdog) handOff(h *renewal, until time.Time) { w.enlist(h, until, true, false) }
+
+// pend is handOff for a hold handed over ahead of its transfer (see
+// handOverAhead), before the transfer is sent: h is not renewed until it
+// landed (a renewal must not reach Redis before the field it renews), but
+// its lease is watched from now on: a hold whose transfer is still on its
+// way when the lease ends is declared lost then, however long the call
+// still waits for its reply.
+func (w *watchdog) pend(h *renewal, until time.Time) { w.enlist(h, until, true, true) }
+
+// landed lets the watchdog renew h, pended until its transfer landed.
+func (w *watchdog) landed(h *renewal) {
+	w.mu.Lock()
+	h.pending = false
+	w.mu.Unlock()
+}
 
 // claim is how the waiter of a handover looks at h from handOff when its
 // goroutine runs: it reports whether h is still renewed with more than
@@ -117,10 +135,10 @@ func (w *watchdog) adopt(h *renewal) bool {
 	return ok
 }
 
-// enlist is add, and handOff when handed.
-func (w *watchdog) enlist(h *renewal, until time.Time, handed bool) {
+// enlist is add, handOff when handed, and pend when pending too.
+func (w *watchdog) enlist(h *renewal, until time.Time, handed, pending bool) {
 	w.mu.Lock()
-	h.until, h.handed = until, handed
+	h.until, h.handed, h.pending = until, handed, pending
 	w.holds[h] = struct{}{}
 	if !w.running {
 		w.running = w.c.goBackground(w.loop)
@@ -289,7 +307,7 @@ func (w *watchdog) renew() time.Duration {
 	}
 	all := make([]*renewal, 0, len(w.holds))
 	for h := range w.holds {
-		if w.due(h.until, now) {
+		if w.due(h.until, now) && !h.pending {
 			all = append(all, h)
 		}
 	}

@@ -1,0 +1,217 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// slowCalls is a go-redis hook that holds matching commands back for delay
+// before sending them, while on is set: a request slow on its way to Redis.
+type slowCalls struct {
+	match func(redis.Cmder) bool
+	delay time.Duration
+	on    atomic.Bool
+}
+
+func (h *slowCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *slowCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && h.match(cmd) {
+			time.Sleep(h.delay)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// aheadSetup is a Client whose handovers reach Redis transferDelay late,
+// another Client on the same server, and a Mutex of the first held, with a
+// waiter of the same Client queued for it.
+type aheadSetup struct {
+	srv   *testenv.RedisServer
+	slow  *slowCalls
+	c     *lock.Client
+	other *lock.Client
+	m     *lock.Mutex
+	held  context.Context
+	next  <-chan context.Context
+}
+
+const transferDelay = 300 * time.Millisecond
+
+func setupAhead(t *testing.T, opts ...lock.Option) *aheadSetup {
+	t.Helper()
+	s := &aheadSetup{srv: testenv.Redis(t)}
+	rdb := s.srv.Client()
+	s.slow = &slowCalls{match: isTransfer, delay: transferDelay}
+	rdb.AddHook(s.slow)
+	s.c = lock.New(rdb, opts...)
+	t.Cleanup(func() { s.c.Close() })
+	s.other = instances(t, s.srv, 1)[0]
+	s.m = s.c.Mutex(lockName(t))
+	var err error
+	if s.held, err = s.m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.next = waiting(t, s.m)
+	s.slow.on.Store(true)
+	return s
+}
+
+// unlockAndTake unlocks s.held in the background and returns the waiter's
+// hold, how long after the Unlock began the waiter had it, and the Unlock's
+// outcome to come.
+func (s *aheadSetup) unlockAndTake(t *testing.T) (context.Context, time.Duration, <-chan error) {
+	t.Helper()
+	unlocked := make(chan error, 1)
+	began := time.Now()
+	go func() { unlocked <- s.m.Unlock(s.held) }()
+	select {
+	case ctx := <-s.next:
+		if ctx == nil {
+			t.FailNow()
+		}
+		return ctx, time.Since(began), unlocked
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+	return nil, 0, nil
+}
+
+// A waiter handed the lock by a holder of its Client runs while the
+// transfer is on its way to Redis: on a hot key the round trip is off the
+// next holder's path. The lock stays the releaser's in Redis meanwhile, so
+// nobody else takes it, and the new holder's Unlock comes after the
+// transfer: it frees the lock, rather than finding nothing to release and
+// leaving the transferred field behind for a lease.
+func TestHandover_TheNewHolderRunsWhileTheTransferIsOnItsWay(t *testing.T) {
+	s := setupAhead(t)
+	name := lockName(t)
+	ctx, took, unlocked := s.unlockAndTake(t)
+	if took > transferDelay/2 {
+		t.Fatalf("the waiter had the lock %v after the Unlock began, with the transfer %v on its way: it waited for it", took, transferDelay)
+	}
+	if _, err := s.other.Mutex(name).TryLock(context.Background(), 0); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another Client's TryLock while the transfer is on its way = %v, want ErrNotAcquired", err)
+	}
+	before, _ := fencing.FromContext(s.held)
+	tok, _ := fencing.FromContext(ctx)
+	if tok <= before {
+		t.Fatalf("the new holder's token %d is not above its releaser's %d", tok, before)
+	}
+	if err := s.m.Unlock(ctx); err != nil {
+		t.Fatalf("the new holder's Unlock: %v", err)
+	}
+	if err := <-unlocked; err != nil {
+		t.Fatalf("the releaser's Unlock: %v", err)
+	}
+	if n := s.srv.Do("EXISTS", name); n != int64(0) {
+		field, _ := s.srv.Client().HGetAll(context.Background(), name).Result()
+		t.Fatalf("the lock is still in Redis after the new holder's Unlock (%v, PTTL %v ms): its release overtook the transfer", field, s.srv.Do("PTTL", name))
+	}
+}
+
+// When the transfer finds that the releaser no longer held the lock (it
+// expired, or was force-unlocked) the new holder, running already, is told
+// as of any loss: its context ends with ErrLost and its Unlock says so. Its
+// token came from the releaser's block, below every token issued after it:
+// the writes of whoever takes the lock next refuse its own.
+func TestHandover_ANewHolderWhoseTransferFindsTheLockGoneIsTold(t *testing.T) {
+	s := setupAhead(t)
+	name := lockName(t)
+	ctx, _, unlocked := s.unlockAndTake(t)
+	s.srv.Do("DEL", name) // before the transfer arrives
+	theirs, err := s.other.Mutex(name).TryLock(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("another Client's TryLock of the deleted lock: %v", err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(transferDelay + 2*time.Second):
+		t.Fatal("the new holder was not told that its handover found the lock gone")
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLost) {
+		t.Fatalf("the new holder's cause = %v, want ErrLost", cause)
+	}
+	if err := s.m.Unlock(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("the new holder's Unlock = %v, want ErrLost", err)
+	}
+	if err := <-unlocked; !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("the releaser's Unlock = %v, want ErrLost", err)
+	}
+	mine, _ := fencing.FromContext(ctx)
+	next, _ := fencing.FromContext(theirs)
+	if next <= mine {
+		t.Fatalf("the next holder's token %d is not above the lost one's %d", next, mine)
+	}
+	if owner, _ := s.srv.Client().HGetAll(context.Background(), name).Result(); len(owner) != 1 {
+		t.Fatalf("the lock hash %v, want the other Client's field alone", owner)
+	}
+}
+
+// The watchdog renews the new holder only once the transfer has landed: a
+// renewal sent before would find no field of it and drop it, and the lock
+// would expire under it. With a lease of 1.2s and the transfer 600ms late,
+// a renewal pass falls due while the transfer is on its way.
+func TestHandover_TheNewHolderIsRenewedOnlyOnceTheTransferLanded(t *testing.T) {
+	const lease = 1200 * time.Millisecond
+	s := setupAhead(t, lock.WithWatchdogTimeout(lease))
+	s.slow.delay = lease / 2
+	name := lockName(t)
+	ctx, _, unlocked := s.unlockAndTake(t)
+	if err := <-unlocked; err != nil {
+		t.Fatalf("the releaser's Unlock: %v", err)
+	}
+	time.Sleep(2 * lease)
+	if ctx.Err() != nil {
+		t.Fatalf("the new holder's hold ended: %v", context.Cause(ctx))
+	}
+	field, _ := s.srv.Client().HGetAll(context.Background(), name).Result()
+	if len(field) != 1 {
+		t.Fatalf("the lock hash %v %v after its lease: want the new holder's field, renewed", field, s.srv.Do("PTTL", name))
+	}
+	if err := s.m.Unlock(ctx); err != nil {
+		t.Fatalf("the new holder's Unlock: %v", err)
+	}
+}
+
+// A new holder whose transfer hangs on its way is told when its lease ends,
+// as a hold cut off from Redis is, not when the call gives up: the lock has
+// expired in Redis by then and may be someone else's.
+func TestHandover_ANewHolderWhoseTransferHangsIsToldByItsLeaseEnd(t *testing.T) {
+	const lease = time.Second
+	s := setupAhead(t, lock.WithWatchdogTimeout(lease))
+	s.slow.delay = 3 * lease
+	name := lockName(t)
+	ctx, _, unlocked := s.unlockAndTake(t)
+	taken := time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(lease + lease/2):
+		t.Fatalf("the new holder still holds %v after the handover; its lease of %v ended, the transfer hangs for %v", time.Since(taken), lease, s.slow.delay)
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLost) {
+		t.Fatalf("the new holder's cause = %v, want ErrLost", cause)
+	}
+	theirs, err := s.other.Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatalf("another Client's Lock after the lease: %v", err)
+	}
+	if err := s.m.Unlock(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("the new holder's Unlock = %v, want ErrLost", err)
+	}
+	<-unlocked
+	if err := s.other.Mutex(name).Unlock(theirs); err != nil {
+		t.Fatalf("the other Client's Unlock after the late transfer: %v", err)
+	}
+}

@@ -77,7 +77,39 @@ func TestSeckill_CombiningInstancePausedMidSaleOversellsNothing(t *testing.T) {
 	pausedMidSale(t, "guard-combine")
 }
 
+// pausedMidSale runs the sale of a paused instance in mode until the freeze
+// catches the victim inside its critical section, at most pauseAttempts
+// times. The test picks the moment from outside, by the victim's field in
+// the lock hash and its fresh lease, and on a loaded machine the victim can
+// have finished its write (and be on its way to Unlock) by the time SIGSTOP
+// lands: then it has nothing late to refuse and loses the lock after its
+// handler, which is not what the test is about. Every attempt is checked in
+// full for what must always hold (the sale exact, no buyer with two orders,
+// no instance in trouble); a victim whose loss or refused write goes
+// unnoticed in every attempt fails the test.
 func pausedMidSale(t *testing.T, mode string) {
+	var missed []string
+	for attempt := 1; attempt <= pauseAttempts; attempt++ {
+		why := pausedMidSaleOnce(t, mode)
+		if why == "" || t.Failed() {
+			return
+		}
+		t.Logf("attempt %d of %d did not catch the victim in its critical section: %s", attempt, pauseAttempts, why)
+		missed = append(missed, why)
+	}
+	for _, why := range missed {
+		t.Error(why)
+	}
+}
+
+// pauseAttempts bounds the sales pausedMidSale runs: on this 2-core machine
+// about one freeze in twelve misses under the load of the whole suite.
+const pauseAttempts = 3
+
+// pausedMidSaleOnce runs one sale of pausedMidSale. It reports what the
+// resumed victim failed to notice, or "" when its late write was refused and
+// its loss counted.
+func pausedMidSaleOnce(t *testing.T, mode string) string {
 	const (
 		sku      = "sku-1"
 		stock    = 60
@@ -165,11 +197,12 @@ func pausedMidSale(t *testing.T, mode string) {
 	// learnt of the loss: then its batch's COMMIT is what is refused, and
 	// the batch's buyers are answered lock_lost.
 	refusedCommit := mode == "guard-combine" && sale.statuses["409 lock_lost"]+sale.statuses["409 stale_write"] > 0
+	var missed []string
 	if late < 1 && !refusedCommit {
-		t.Errorf("the resumed victim counted %v refused writes, want its late write refused and counted", late)
+		missed = append(missed, fmt.Sprintf("the resumed victim counted %v refused writes, want its late write refused and counted", late))
 	}
 	if lost < 1 {
-		t.Errorf("the resumed victim lost %v locks, want the frozen hold lost", lost)
+		missed = append(missed, fmt.Sprintf("the resumed victim lost %v locks, want the frozen hold lost", lost))
 	}
 	if orders != stock {
 		t.Errorf("%d orders for %d units and %d buyers: the sale did not go on", orders, stock, buyers)
@@ -179,6 +212,7 @@ func pausedMidSale(t *testing.T, mode string) {
 			t.Errorf("an instance reported trouble:\n%s", s)
 		}
 	}
+	return strings.Join(missed, "; ")
 }
 
 // lockOwner buys one unit through the instance at url, alone, and returns

@@ -51,6 +51,12 @@ const transferDelay = 300 * time.Millisecond
 
 func setupAhead(t *testing.T, opts ...lock.Option) *aheadSetup {
 	t.Helper()
+	return setupAheadFrom(t, context.Background(), opts...)
+}
+
+// setupAheadFrom is setupAhead with the waiter's Lock called with parent.
+func setupAheadFrom(t *testing.T, parent context.Context, opts ...lock.Option) *aheadSetup {
+	t.Helper()
 	s := &aheadSetup{srv: testenv.Redis(t)}
 	rdb := s.srv.Client()
 	s.slow = &slowCalls{match: isTransfer, delay: transferDelay}
@@ -63,7 +69,18 @@ func setupAhead(t *testing.T, opts ...lock.Option) *aheadSetup {
 	if s.held, err = s.m.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s.next = waiting(t, s.m)
+	next := make(chan context.Context, 1)
+	go func() {
+		ctx, err := s.m.Lock(parent)
+		if err != nil {
+			t.Error(err)
+			close(next)
+			return
+		}
+		next <- ctx
+	}()
+	time.Sleep(100 * time.Millisecond) // let it try, subscribe and queue
+	s.next = next
 	s.slow.on.Store(true)
 	return s
 }
@@ -213,5 +230,53 @@ func TestHandover_ANewHolderWhoseTransferHangsIsToldByItsLeaseEnd(t *testing.T) 
 	<-unlocked
 	if err := s.other.Mutex(name).Unlock(theirs); err != nil {
 		t.Fatalf("the other Client's Unlock after the late transfer: %v", err)
+	}
+}
+
+// A compound lock that re-enters a hold handed over ahead of its transfer
+// gets it once the transfer has landed (its hold waits for the transfer,
+// and, were it sent first, its script would find the lock still the
+// releaser's and wait for it), and the new holder's Unlock then frees the
+// lock.
+func TestHandover_AMultiLockReenteringANewHolderWaitsForItsTransfer(t *testing.T) {
+	s := setupAhead(t)
+	name := lockName(t)
+	ctx, _, unlocked := s.unlockAndTake(t)
+	ml := s.c.MultiLock(name, name+":other")
+	both, err := ml.Lock(ctx)
+	if err != nil {
+		t.Fatalf("the MultiLock re-entering the new holder's lock: %v", err)
+	}
+	if err := ml.Unlock(both); err != nil {
+		t.Fatalf("the MultiLock's Unlock: %v", err)
+	}
+	if err := s.m.Unlock(ctx); err != nil {
+		t.Fatalf("the new holder's Unlock: %v", err)
+	}
+	if err := <-unlocked; err != nil {
+		t.Fatalf("the releaser's Unlock: %v", err)
+	}
+	eventually(t, time.Second, "the lock is free", func() bool { return s.srv.Do("EXISTS", name) == int64(0) })
+}
+
+// A new holder whose context ends while its transfer is on its way is
+// released as its Unlock would be, after the transfer: the lock is free
+// then, not held by a field that landed after its release.
+func TestHandover_ANewHolderWhoseContextEndsBeforeItsTransferLandsFreesTheLock(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := setupAheadFrom(t, parent)
+	name := lockName(t)
+	ctx, _, unlocked := s.unlockAndTake(t)
+	cancel()
+	<-ctx.Done()
+	if err := <-unlocked; err != nil {
+		t.Fatalf("the releaser's Unlock: %v", err)
+	}
+	eventually(t, 2*time.Second, "the lock is free after the new holder's context ended", func() bool {
+		return s.srv.Do("EXISTS", name) == int64(0)
+	})
+	if _, err := s.other.Mutex(name).TryLock(context.Background(), 0); err != nil {
+		t.Fatalf("another Client's TryLock after the new holder's context ended: %v", err)
 	}
 }

@@ -215,6 +215,7 @@ func TestFaults_FailedFinalUnlockOfAnUnreachableRedisExpiresWithItsLease(t *test
 type refusedCalls struct {
 	match func(redis.Cmder) bool
 	left  atomic.Int32
+	dial  bool // fail as a connection that could not be made: an outcome known, nothing sent
 }
 
 func (h *refusedCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -225,6 +226,9 @@ func (h *refusedCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h.match(cmd) && h.left.Add(-1) >= 0 {
 			err := &net.OpError{Op: "write", Net: "tcp", Err: errors.New("broken pipe (injected)")}
+			if h.dial {
+				err = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused (injected)")}
+			}
 			cmd.SetErr(err)
 			return err
 		}

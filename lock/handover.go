@@ -107,10 +107,11 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 // Until the outcome is known, w's hold is in flight (see inflightHandover):
 // every call on it that reaches Redis waits for the transfer first, and the
 // watchdog watches its lease without renewing it (see pend). When the
-// transfer fails, a waiter not yet back from Lock tries afresh; one that
-// returned holding the lock is told, as of any loss: its context ends with
-// ErrLost, and its fencing token (from h's block, below every token issued
-// after the block) is refused by the writes of whoever holds the lock next.
+// transfer fails, a waiter that has not taken the grant yet tries afresh;
+// one that has is told, as of any loss: its context ends with ErrLost
+// (before its Lock returns, if the failure comes first), and its fencing
+// token (from h's block, below every token issued after the block) is
+// refused by the writes of whoever holds the lock next.
 func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
 	p := &inflightHandover{done: make(chan struct{})}
 	w.h.setRenewal()
@@ -122,31 +123,38 @@ func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.
 	k := h.kind.(handing)
 	bg := context.WithoutCancel(ctx)
 	got, _, err := k.transfer(bg, h, w.h, 0)
-	unknown := err != nil && outcomeUnknown(err)
-	if unknown {
+	if err != nil && outcomeUnknown(err) {
 		// Maybe applied, maybe not (yet): a copy sent again is answered
 		// alike either way (transfer.lua), and w, running already, keeps
 		// the lock when it gets through.
 		got, _, err = k.transfer(bg, h, w.h, 0)
-		if err != nil && outcomeUnknown(err) {
-			// w is told before the lock is freed: it must not run on
-			// once the lock can be someone else's.
-			c.transferred(w.h, p, false, true)
-			if c.abortTransfer(ctx, h, w.h) == nil {
+		if err != nil {
+			// Neither copy is known to have landed, and the first may
+			// land yet. w is told first, and the lock is freed (the abort
+			// removes both fields; a copy landing after it finds the
+			// releaser's gone) before w's hold can be entered again:
+			// otherwise a waiter that tries afresh with the same field
+			// could have its new hold removed by the abort.
+			lost := c.transferFailed(w.h, p, true)
+			aerr := c.abortTransfer(ctx, h, w.h)
+			c.transferEnded(w.h, p, lost, aerr != nil)
+			if aerr == nil {
 				return c.settle(h, renewed, 0, nil)
 			}
 			return c.settle(h, renewed, 0, err)
 		}
 	}
 	switch {
-	case err != nil:
-		c.transferred(w.h, p, false, unknown)
+	case err != nil: // not applied
+		c.transferEnded(w.h, p, c.transferFailed(w.h, p, false), false)
 		return c.settle(h, renewed, 0, err)
-	case got < 0:
-		c.transferred(w.h, p, false, false)
+	case got < 0: // the releaser's field was gone: nothing changed
+		c.transferEnded(w.h, p, c.transferFailed(w.h, p, false), false)
 		return c.settle(h, renewed, -1, nil)
 	}
-	c.transferred(w.h, p, true, false)
+	p.record(true, false)
+	c.dog.landed(&w.h.renewal)
+	close(p.done)
 	return c.handedOn(h, renewed)
 }
 
@@ -199,21 +207,27 @@ func (p *inflightHandover) outcome() (settled, ok, stray bool) {
 	return p.settled, p.ok, p.stray
 }
 
-// transferred records the outcome of p, the transfer to h sent after h's
-// waiter was woken. On success the watchdog renews h from now on. On
-// failure nothing renews it and a hold already returned by Lock is lost;
-// stray says that the lock may still carry h's field (a transfer of unknown
-// outcome), which then goes.
-func (c *Client) transferred(h *hold, p *inflightHandover, ok, stray bool) {
+// record sets p's outcome.
+func (p *inflightHandover) record(ok, stray bool) {
 	p.mu.Lock()
 	p.settled, p.ok, p.stray = true, ok, stray
 	p.mu.Unlock()
-	if ok {
-		c.dog.landed(&h.renewal)
-		close(p.done)
-		return
-	}
-	lost := c.holds.lose(h) // and its renewal goes, held or not
+}
+
+// transferFailed records that p, the transfer to h sent after h's waiter was
+// woken, failed; stray says that the lock may still carry h's field (a
+// transfer of unknown outcome). Nothing renews h from then on, and a hold
+// already returned by Lock is lost: it reports whether h was, for
+// transferEnded to tell once whatever the failure needs is done.
+func (c *Client) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
+	p.record(false, stray)
+	return c.holds.lose(h) // and its renewal goes, held or not
+}
+
+// transferEnded lets h's hold be entered again after a failed transfer (see
+// transferFailed), and tells a lost hold its cause; stray says that h's
+// field may be left in the lock, which then goes.
+func (c *Client) transferEnded(h *hold, p *inflightHandover, lost, stray bool) {
 	close(p.done)
 	if lost {
 		h.end(lostError(h.name, "the handover to it did not reach Redis"))

@@ -670,3 +670,139 @@ func TestHandover_ATransferWhoseResendTimesOutTooLeavesNoPhantom(t *testing.T) {
 	}
 	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", name) == int64(0) })
 }
+
+// isAbort matches the call that frees the lock after a handover of unknown
+// outcome: the release script of several locks, with the lock and its
+// channel twice (the releaser's field and the waiter's).
+func isAbort(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	return cmd.Name() == "evalsha" && len(args) > 2 && args[2] == 4 && isUnlockChannel(args, 4) && isUnlockChannel(args, 6)
+}
+
+// isUnlockChannel reports whether args[i] is a Mutex's unlock channel.
+func isUnlockChannel(args []any, i int) bool {
+	k, _ := args[i].(string)
+	return i < len(args) && strings.HasPrefix(k, "redisson_lock__channel:")
+}
+
+// A waiter woken late after a handover whose two copies timed out, and
+// landed later, tries afresh once the lock was freed: the abort, slow on its
+// way, lands before that, and does not remove the waiter's new hold with
+// the field the two share.
+func TestHandover_ASlowAbortLeavesTheWaitersNewHoldAlone(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond, via: srv.Client()}
+	slowAbort := &slowCalls{match: isAbort, delay: 300 * time.Millisecond}
+	rdb.AddHook(late)
+	rdb.AddHook(slowAbort)
+	c := lock.New(rdb)
+	defer c.Close()
+	name := lockName(t)
+	m := c.Mutex(name)
+	bg := context.Background()
+	held, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := waiting(t, m) // a first handover: Redis learns the script
+	m.Unlock(held)
+	if held = <-next; held == nil {
+		t.FailNow()
+	}
+	defer lock.DelayGrants(func() { time.Sleep(100 * time.Millisecond) })()
+	for round := 0; ; round++ {
+		if round == 5 {
+			t.Fatal("no handover in 5 rounds")
+		}
+		next = waiting(t, m)
+		late.left.Store(2)
+		slowAbort.on.Store(true)
+		m.Unlock(held) // both copies time out, land 10ms later; the abort lands 300ms later
+		var ctx context.Context
+		select {
+		case ctx = <-next:
+			if ctx == nil {
+				t.FailNow()
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("the waiter did not get the lock within 3s of its release")
+		}
+		slowAbort.on.Store(false)
+		if late.left.Swap(0) == 2 { // not handed over
+			held = ctx
+			continue
+		}
+		late.ran.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("the waiter, woken after the failed handover, got a hold that ended: %v", context.Cause(ctx))
+		}
+		if fields, _ := srv.Client().HGetAll(bg, name).Result(); len(fields) != 1 {
+			t.Fatalf("the waiter holds the lock, but its hash is %v: the abort removed the waiter's new hold", fields)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("the waiter's unlock: %v", err)
+		}
+		break
+	}
+	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", name) == int64(0) })
+}
+
+// A handover whose call timed out, and lands later, and whose resent copy
+// fails for sure (nothing sent) is aborted all the same: the first copy may
+// still land, and left alone it would give the lock to a field nobody
+// holds for the rest of its lease.
+func TestHandover_AnUnknownTransferWhoseResendFailsIsStillAborted(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	late := &lateCalls{match: isTransfer, delay: 20 * time.Millisecond, via: srv.Client()}
+	refused := &refusedCalls{match: isTransfer, dial: true}
+	rdb.AddHook(late)
+	rdb.AddHook(refused)
+	c := lock.New(rdb) // a lease of 30s: a stuck field would hold the lock that long
+	defer c.Close()
+	name := lockName(t)
+	m := c.Mutex(name)
+	bg := context.Background()
+	held, err := m.Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := waiting(t, m) // a first handover: Redis learns the script
+	m.Unlock(held)
+	if held = <-next; held == nil {
+		t.FailNow()
+	}
+	for round := 0; ; round++ {
+		if round == 5 {
+			t.Fatal("no handover in 5 rounds")
+		}
+		next = waiting(t, m)
+		late.left.Store(1)
+		refused.left.Store(1)
+		m.Unlock(held)
+		var ctx context.Context
+		select {
+		case ctx = <-next:
+			if ctx == nil {
+				t.FailNow()
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("the waiter did not get the lock within 3s of its release")
+		}
+		refused.left.Store(0)
+		if late.left.Swap(0) == 1 { // not handed over
+			held = ctx
+			continue
+		}
+		late.ran.Wait()
+		t.Logf("after the handover, the waiter's context: %v", context.Cause(ctx))
+		if ctx.Err() == nil {
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatalf("the waiter's unlock: %v", err)
+			}
+		}
+		break
+	}
+	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", name) == int64(0) })
+}

@@ -51,18 +51,14 @@ func BenchmarkMutex_OwnCode(b *testing.B) {
 	rdb.AddHook(&answeringScripts{})
 	c := lock.New(rdb)
 	defer c.Close()
-	m := c.Mutex("bench:owncode")
-	ctx := context.Background()
+	cycle, err := lockUnlockCycle(c.Mutex("bench:owncode"))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		held, err := m.Lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := m.Unlock(held); err != nil {
-			b.Fatal(err)
-		}
+		cycle()
+	}
+	if *err != nil {
+		b.Fatal(*err)
 	}
 }
 

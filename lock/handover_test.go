@@ -556,59 +556,21 @@ func isTransfer(cmd redis.Cmder) bool {
 // nobody knows it holds: the waiter gets the lock at once, not when a
 // phantom's lease ends.
 func TestHandover_TransferAppliedAfterItTimedOutLeavesNoPhantom(t *testing.T) {
-	srv := testenv.Redis(t)
-	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
-	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond, via: srv.Client(), sent: make(chan struct{})}
-	rdb.AddHook(late)
-	c := lock.New(rdb) // a lease of 30s: a phantom would hold the lock that long
-	defer c.Close()
-	m := c.Mutex(lockName(t))
-	bg := context.Background()
-	// A handover first, so that Redis knows the script the late call names.
-	held, err := m.Lock(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := waiting(t, m)
-	m.Unlock(held)
-	held = <-next
-	if held == nil {
-		t.FailNow()
-	}
-
-	// The waiter may still be trying when the holder unlocks (a loaded
-	// machine): then nothing is handed over, and the round is repeated.
-	for round := 0; ; round++ {
-		if round == 5 {
-			t.Fatal("no handover in 5 rounds")
-		}
-		next = waiting(t, m)
+	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond}
+	f := newFaultyHandover(t, late)
+	late.via = f.srv.Client()
+	ctx := f.handOver(t, func() {
 		late.sent = make(chan struct{})
-		late.left.Store(1)
-		m.Unlock(held) // the handover times out; its call arrives 10ms later, before the release is retried
-		var ctx context.Context
-		select {
-		case ctx = <-next:
-			if ctx == nil {
-				t.FailNow()
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatal("the waiter did not get the lock within 3s of its release: a late handover left a field nobody holds")
-		}
-		if late.left.Swap(0) > 0 { // not handed over
-			held = ctx
-			continue
-		}
-		<-late.sent
-		if ctx.Err() != nil {
-			t.Fatalf("the waiter's hold ended: %v", context.Cause(ctx))
-		}
-		if err := m.Unlock(ctx); err != nil {
-			t.Fatalf("the waiter's unlock: %v", err)
-		}
-		break
+		late.left.Store(1) // the handover times out; its call arrives 10ms later, before the release is retried
+	}, func() bool { return late.left.Swap(0) <= 0 })
+	<-late.sent
+	if ctx.Err() != nil {
+		t.Fatalf("the waiter's hold ended: %v", context.Cause(ctx))
 	}
-	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", lockName(t)) == int64(0) })
+	if err := f.m.Unlock(ctx); err != nil {
+		t.Fatalf("the waiter's unlock: %v", err)
+	}
+	f.isFree(t)
 }
 
 // A handover sent after its waiter was woken whose call and resent copy
@@ -616,59 +578,23 @@ func TestHandover_TransferAppliedAfterItTimedOutLeavesNoPhantom(t *testing.T) {
 // holding the lock for real or told it lost it, and nothing is left that
 // nobody knows it holds.
 func TestHandover_ATransferWhoseResendTimesOutTooLeavesNoPhantom(t *testing.T) {
-	srv := testenv.Redis(t)
-	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
-	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond, via: srv.Client()}
-	rdb.AddHook(late)
-	c := lock.New(rdb) // a lease of 30s: a phantom would hold the lock that long
-	defer c.Close()
-	name := lockName(t)
-	m := c.Mutex(name)
-	bg := context.Background()
-	held, err := m.Lock(bg)
-	if err != nil {
-		t.Fatal(err)
+	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond}
+	f := newFaultyHandover(t, late)
+	late.via = f.srv.Client()
+	ctx := f.handOver(t, func() { late.left.Store(2) }, func() bool { return late.left.Swap(0) < 2 })
+	late.ran.Wait()
+	t.Logf("after the handover, the waiter's context: %v", context.Cause(ctx))
+	if ctx.Err() == nil {
+		if n, _ := f.srv.Client().HLen(context.Background(), f.name).Result(); n != 1 {
+			t.Fatalf("the waiter holds the lock, but its hash has %d fields", n)
+		}
+		if err := f.m.Unlock(ctx); err != nil {
+			t.Fatalf("the waiter's unlock: %v", err)
+		}
+	} else if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLost) {
+		t.Fatalf("the waiter's hold ended with %v, want ErrLost", cause)
 	}
-	next := waiting(t, m) // a first handover: Redis learns the script
-	m.Unlock(held)
-	if held = <-next; held == nil {
-		t.FailNow()
-	}
-	for round := 0; ; round++ {
-		if round == 5 {
-			t.Fatal("no handover in 5 rounds")
-		}
-		next = waiting(t, m)
-		late.left.Store(2)
-		m.Unlock(held)
-		var ctx context.Context
-		select {
-		case ctx = <-next:
-			if ctx == nil {
-				t.FailNow()
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatal("the waiter did not get the lock within 3s of its release")
-		}
-		if late.left.Swap(0) == 2 { // not handed over
-			held = ctx
-			continue
-		}
-		late.ran.Wait()
-		t.Logf("after the handover, the waiter's context: %v", context.Cause(ctx))
-		if ctx.Err() == nil {
-			if n, _ := srv.Client().HLen(bg, name).Result(); n != 1 {
-				t.Fatalf("the waiter holds the lock, but its hash has %d fields", n)
-			}
-			if err := m.Unlock(ctx); err != nil {
-				t.Fatalf("the waiter's unlock: %v", err)
-			}
-		} else if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLost) {
-			t.Fatalf("the waiter's hold ended with %v, want ErrLost", cause)
-		}
-		break
-	}
-	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", name) == int64(0) })
+	f.isFree(t)
 }
 
 // isAbort matches the call that frees the lock after a handover of unknown
@@ -690,62 +616,29 @@ func isUnlockChannel(args []any, i int) bool {
 // way, lands before that, and does not remove the waiter's new hold with
 // the field the two share.
 func TestHandover_ASlowAbortLeavesTheWaitersNewHoldAlone(t *testing.T) {
-	srv := testenv.Redis(t)
-	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
-	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond, via: srv.Client()}
+	late := &lateCalls{match: isTransfer, delay: 10 * time.Millisecond}
 	slowAbort := &slowCalls{match: isAbort, delay: 300 * time.Millisecond}
-	rdb.AddHook(late)
-	rdb.AddHook(slowAbort)
-	c := lock.New(rdb)
-	defer c.Close()
-	name := lockName(t)
-	m := c.Mutex(name)
-	bg := context.Background()
-	held, err := m.Lock(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := waiting(t, m) // a first handover: Redis learns the script
-	m.Unlock(held)
-	if held = <-next; held == nil {
-		t.FailNow()
-	}
+	f := newFaultyHandover(t, late, slowAbort)
+	late.via = f.srv.Client()
 	defer lock.DelayGrants(func() { time.Sleep(100 * time.Millisecond) })()
-	for round := 0; ; round++ {
-		if round == 5 {
-			t.Fatal("no handover in 5 rounds")
-		}
-		next = waiting(t, m)
-		late.left.Store(2)
+	ctx := f.handOver(t, func() {
+		late.left.Store(2) // both copies time out, land 10ms later; the abort lands 300ms later
 		slowAbort.on.Store(true)
-		m.Unlock(held) // both copies time out, land 10ms later; the abort lands 300ms later
-		var ctx context.Context
-		select {
-		case ctx = <-next:
-			if ctx == nil {
-				t.FailNow()
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatal("the waiter did not get the lock within 3s of its release")
-		}
+	}, func() bool {
 		slowAbort.on.Store(false)
-		if late.left.Swap(0) == 2 { // not handed over
-			held = ctx
-			continue
-		}
-		late.ran.Wait()
-		if ctx.Err() != nil {
-			t.Fatalf("the waiter, woken after the failed handover, got a hold that ended: %v", context.Cause(ctx))
-		}
-		if fields, _ := srv.Client().HGetAll(bg, name).Result(); len(fields) != 1 {
-			t.Fatalf("the waiter holds the lock, but its hash is %v: the abort removed the waiter's new hold", fields)
-		}
-		if err := m.Unlock(ctx); err != nil {
-			t.Fatalf("the waiter's unlock: %v", err)
-		}
-		break
+		return late.left.Swap(0) < 2
+	})
+	late.ran.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("the waiter, woken after the failed handover, got a hold that ended: %v", context.Cause(ctx))
 	}
-	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", name) == int64(0) })
+	if fields, _ := f.srv.Client().HGetAll(context.Background(), f.name).Result(); len(fields) != 1 {
+		t.Fatalf("the waiter holds the lock, but its hash is %v: the abort removed the waiter's new hold", fields)
+	}
+	if err := f.m.Unlock(ctx); err != nil {
+		t.Fatalf("the waiter's unlock: %v", err)
+	}
+	f.isFree(t)
 }
 
 // A handover whose call timed out, and lands later, and whose resent copy
@@ -753,34 +646,73 @@ func TestHandover_ASlowAbortLeavesTheWaitersNewHoldAlone(t *testing.T) {
 // still land, and left alone it would give the lock to a field nobody
 // holds for the rest of its lease.
 func TestHandover_AnUnknownTransferWhoseResendFailsIsStillAborted(t *testing.T) {
-	srv := testenv.Redis(t)
-	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
-	late := &lateCalls{match: isTransfer, delay: 20 * time.Millisecond, via: srv.Client()}
+	late := &lateCalls{match: isTransfer, delay: 20 * time.Millisecond}
 	refused := &refusedCalls{match: isTransfer, dial: true}
-	rdb.AddHook(late)
-	rdb.AddHook(refused)
-	c := lock.New(rdb) // a lease of 30s: a stuck field would hold the lock that long
-	defer c.Close()
-	name := lockName(t)
-	m := c.Mutex(name)
-	bg := context.Background()
-	held, err := m.Lock(bg)
+	f := newFaultyHandover(t, late, refused)
+	late.via = f.srv.Client()
+	ctx := f.handOver(t, func() {
+		late.left.Store(1)
+		refused.left.Store(1)
+	}, func() bool {
+		refused.left.Store(0)
+		return late.left.Swap(0) < 1
+	})
+	late.ran.Wait()
+	t.Logf("after the handover, the waiter's context: %v", context.Cause(ctx))
+	if ctx.Err() == nil {
+		if err := f.m.Unlock(ctx); err != nil {
+			t.Fatalf("the waiter's unlock: %v", err)
+		}
+	}
+	f.isFree(t)
+}
+
+// faultyHandover is a Client whose go-redis client, retries off, runs hooks
+// that make its handovers fail, and a Mutex of it held after a first,
+// clean handover (so that Redis knows the transfer script the hooks' late
+// calls name). Its lease is the default 30s: a field left behind would hold
+// the lock that long.
+type faultyHandover struct {
+	srv  *testenv.RedisServer
+	m    *lock.Mutex
+	name string
+	held context.Context
+}
+
+func newFaultyHandover(t *testing.T, hooks ...redis.Hook) *faultyHandover {
+	t.Helper()
+	f := &faultyHandover{srv: testenv.Redis(t), name: lockName(t)}
+	rdb := f.srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
+	c := lock.New(rdb)
+	t.Cleanup(func() { c.Close() })
+	f.m = c.Mutex(f.name)
+	held, err := f.m.Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := waiting(t, m) // a first handover: Redis learns the script
-	m.Unlock(held)
-	if held = <-next; held == nil {
+	next := waiting(t, f.m)
+	f.m.Unlock(held)
+	if f.held = <-next; f.held == nil {
 		t.FailNow()
 	}
-	for round := 0; ; round++ {
-		if round == 5 {
-			t.Fatal("no handover in 5 rounds")
-		}
-		next = waiting(t, m)
-		late.left.Store(1)
-		refused.left.Store(1)
-		m.Unlock(held)
+	return f
+}
+
+// handOver unlocks f.held with a waiter queued and returns the waiter's
+// hold once the Unlock handed the lock over: arm sets the faults up before
+// each Unlock, and handed, called once the waiter has the lock, takes them
+// down and reports whether the round handed over. The waiter may still be
+// trying when the holder unlocks (a loaded machine): then nothing is handed
+// over, and the round is repeated with the waiter's hold.
+func (f *faultyHandover) handOver(t *testing.T, arm func(), handed func() bool) context.Context {
+	t.Helper()
+	for round := 0; round < 5; round++ {
+		next := waiting(t, f.m)
+		arm()
+		f.m.Unlock(f.held)
 		var ctx context.Context
 		select {
 		case ctx = <-next:
@@ -788,21 +720,19 @@ func TestHandover_AnUnknownTransferWhoseResendFailsIsStillAborted(t *testing.T) 
 				t.FailNow()
 			}
 		case <-time.After(3 * time.Second):
-			t.Fatal("the waiter did not get the lock within 3s of its release")
+			t.Fatal("the waiter did not get the lock within 3s of its release: a faulty handover left a field nobody holds")
 		}
-		refused.left.Store(0)
-		if late.left.Swap(0) == 1 { // not handed over
-			held = ctx
-			continue
+		if handed() {
+			return ctx
 		}
-		late.ran.Wait()
-		t.Logf("after the handover, the waiter's context: %v", context.Cause(ctx))
-		if ctx.Err() == nil {
-			if err := m.Unlock(ctx); err != nil {
-				t.Fatalf("the waiter's unlock: %v", err)
-			}
-		}
-		break
+		f.held = ctx
 	}
-	eventually(t, time.Second, "the lock is free", func() bool { return srv.Do("EXISTS", name) == int64(0) })
+	t.Fatal("no handover in 5 rounds")
+	return nil
+}
+
+// isFree waits up to a second for the lock to be free.
+func (f *faultyHandover) isFree(t *testing.T) {
+	t.Helper()
+	eventually(t, time.Second, "the lock is free", func() bool { return f.srv.Do("EXISTS", f.name) == int64(0) })
 }

@@ -178,6 +178,25 @@ func (c *Client) usable() error {
 	return nil
 }
 
+// Namespace returns the namespace every lock name of the Client is
+// prefixed with (WithNamespace), "" for none.
+func (c *Client) Namespace() string {
+	if c == nil {
+		return ""
+	}
+	return c.opts.namespace
+}
+
+// Key returns the Redis key of the lock called name: the name with the
+// Client's namespace in front ("ns:sku:42"), the name itself without one.
+// Logs, errors and the inspector show this full key.
+func (c *Client) Key(name string) string {
+	if c == nil {
+		return name
+	}
+	return c.key(name)
+}
+
 // key returns the Redis key of the lock called name.
 func (c *Client) key(name string) string {
 	if c.opts.namespace == "" {

@@ -130,3 +130,23 @@ func TestInterop_NamespacePrefixesEveryKey(t *testing.T) {
 		t.Fatalf("namespaced keys exist: %v, want 2", n)
 	}
 }
+
+func TestNamespace_KeyShowsTheFullNameAndBracesAreRefused(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1, lock.WithNamespace("shop"))[0]
+	if got := c.Key("sku:1"); got != "shop:sku:1" {
+		t.Fatalf("Key = %q, want shop:sku:1", got)
+	}
+	if got := c.Namespace(); got != "shop" {
+		t.Fatalf("Namespace = %q, want shop", got)
+	}
+	plain := instances(t, srv, 1)[0]
+	if got := plain.Key("sku:1"); got != "sku:1" {
+		t.Fatalf("Key without a namespace = %q, want sku:1", got)
+	}
+	bad := lock.New(srv.Client(), lock.WithNamespace("{shop}"))
+	defer bad.Close()
+	if _, err := bad.Mutex("sku:1").TryLock(context.Background(), 0); !errors.Is(err, lock.ErrInvalid) {
+		t.Fatalf("a namespace with braces: %v, want ErrInvalid", err)
+	}
+}

@@ -3,6 +3,7 @@ package lock
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -75,10 +76,23 @@ func WithTokenExpiry(d time.Duration) Option {
 	}
 }
 
-// WithNamespace prefixes every lock name with ns and a colon ("ns:name").
-// Default: no prefix, so names are the Redis keys themselves, as in Redisson.
+// WithNamespace prefixes every lock name with ns and a colon ("ns:name")
+// before anything is derived from it, so that two services (or staging and
+// production) on one Redis never share a lock: the lock hash is "ns:sku:42",
+// its channel "redisson_lock__channel:{ns:sku:42}", its token counter
+// "redisson_lock_token:{ns:sku:42}". A Redisson client whose NameMapper adds
+// the same "ns:" prefix locks the same names. ns may not contain "{" or "}"
+// (they would move the lock's keys to another Cluster slot than its derived
+// ones). Default: no prefix, so names are the Redis keys themselves, as in
+// Redisson.
 func WithNamespace(ns string) Option {
-	return func(o *clientOptions) { o.namespace = ns }
+	return func(o *clientOptions) {
+		if strings.ContainsAny(ns, "{}") {
+			o.err = fmt.Errorf("%w: namespace %q contains a brace; a namespace may not contain \"{\" or \"}\"", ErrInvalid, ns)
+			return
+		}
+		o.namespace = ns
+	}
 }
 
 // WithLogger sets where the Client reports background trouble: holds lost,

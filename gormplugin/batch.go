@@ -6,8 +6,8 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // Batch is the shared transaction of the requests of one batch on a
@@ -36,7 +36,7 @@ type batchKey struct{}
 func (b *Batches) Begin(ctx context.Context) (context.Context, error) {
 	tx := b.db.WithContext(ctx).Begin()
 	if err := tx.Error; err != nil {
-		if token, ok := fencing.FromContext(ctx); ok && ctxutil.Ended(fencing.Holder(ctx)) {
+		if token, ok := fencing.FromContext(ctx); ok && ctxend.Ended(fencing.Holder(ctx)) {
 			return ctx, refusedIn(fencing.Holder(ctx), "", token)
 		}
 		return ctx, err
@@ -72,7 +72,7 @@ func (b *Batches) End(ctx context.Context, commit bool) error {
 	}
 	if !commit {
 		err := tx.Rollback().Error
-		if errors.Is(err, gorm.ErrInvalidTransaction) || ctxutil.Ended(ctx) {
+		if errors.Is(err, gorm.ErrInvalidTransaction) || ctxend.Ended(ctx) {
 			return nil // already rolled back: the lock's context ended
 		}
 		return err

@@ -8,8 +8,8 @@ import (
 	"fmt"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 	"gorm.io/gorm"
 )
 
@@ -77,7 +77,7 @@ func refuseLateIn(db *gorm.DB, inTx bool) {
 	token, fenced := fencing.FromContext(stmt.Context)
 	// The hold's own context, which a *gin.Context is not (see guard).
 	holder := fencing.Holder(stmt.Context)
-	ended := fenced && ctxutil.Ended(holder)
+	ended := fenced && ctxend.Ended(holder)
 	switch {
 	case committing:
 		err = commitError(stmt.Context, stmt.Table, err)
@@ -128,7 +128,7 @@ func commitError(ctx context.Context, table string, err error) error {
 	var me *mysql.MySQLError
 	switch {
 	case errors.Is(err, sql.ErrTxDone) || ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		if token, ok := fencing.FromContext(ctx); ok && ctxutil.Ended(ctx) {
+		if token, ok := fencing.FromContext(ctx); ok && ctxend.Ended(ctx) {
 			return refusedIn(ctx, table, token)
 		}
 		return err

@@ -62,8 +62,8 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
 )
@@ -193,7 +193,7 @@ func (p *Plugin) guard(db *gorm.DB) {
 		return
 	}
 	// The hold's own context: for a *gin.Context it is not stmt.Context.
-	if holder := fencing.Holder(stmt.Context); ctxutil.Ended(holder) {
+	if holder := fencing.Holder(stmt.Context); ctxend.Ended(holder) {
 		db.AddError(refusedIn(holder, stmt.Table, token))
 		return
 	}

@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
@@ -79,7 +79,7 @@ func reportNewer(db *gorm.DB, w *write, keys []string, conds []clause.Expression
 // the token's context ended is a refused write like any other.
 func failCheck(db *gorm.DB, w *write, err error) {
 	stmt := db.Statement
-	if ctxutil.Ended(stmt.Context) {
+	if ctxend.Ended(stmt.Context) {
 		db.AddError(refused(stmt, w.token))
 		return
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // The single-key acquire path: every Mutex, FairMutex, RWMutex side and
@@ -63,7 +63,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 	if lo.err != nil {
 		return ctx, wrap(name, lo.err)
 	}
-	if ctxutil.Ended(ctx) {
+	if ctxend.Ended(ctx) {
 		return ctx, ctxErr(name, ctx)
 	}
 	if h := heldBy(ctx, hk); h != nil {

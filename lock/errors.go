@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
+	"github.com/seckillguard/seckillguard/ctxend"
 )
 
 var (
@@ -101,7 +101,7 @@ func notAcquired(ctx context.Context, name string) error {
 // with err: the caller's context's end when it has ended (the failure is
 // most likely its consequence), err otherwise.
 func failed(ctx context.Context, name string, err error) error {
-	if ctxutil.Ended(ctx) {
+	if ctxend.Ended(ctx) {
 		return ctxErr(name, ctx)
 	}
 	return wrap(name, err)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // A MultiLock holds several locks as one: "stock and balance together, or
@@ -165,7 +165,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if lo.err != nil {
 		return ctx, wrap(ml.name, lo.err)
 	}
-	if ctxutil.Ended(ctx) {
+	if ctxend.Ended(ctx) {
 		return ctx, ctxErr(ml.name, ctx)
 	}
 	// A lock ctx holds already is re-entered; the others are taken by an

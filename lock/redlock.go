@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
 )
 
 // A RedLock is one lock over N independent Redis deployments (N Clients, each
@@ -215,7 +215,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 	if lo.ack.replicas > 0 {
 		return ctx, wrap(r.name, fmt.Errorf("%w: replica acknowledgement does not apply to a RedLock (its nodes are independent masters)", ErrInvalid))
 	}
-	if ctxutil.Ended(ctx) {
+	if ctxend.Ended(ctx) {
 		return ctx, ctxErr(r.name, ctx)
 	}
 	if rh, _ := ctx.Value(redKey{r.id}).(*redHold); rh != nil {
@@ -318,7 +318,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		}
 		r.rollback(ctx, nodeTimeout, holds, unknown)
 		split = ok > 0
-		if ctxutil.Ended(ctx) {
+		if ctxend.Ended(ctx) {
 			return false, 0, ctxErr(r.name, ctx)
 		}
 		if failed > len(r.clients)-r.quorum {

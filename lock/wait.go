@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
+	"github.com/seckillguard/seckillguard/ctxend"
 )
 
 // An attempt tries to acquire once. It reports whether it acquired, and if
@@ -259,7 +259,7 @@ func (wt *waitRun) turn() (waitStep, error) {
 		// A handover may have reached this waiter meanwhile: it holds
 		// then, unless the caller is gone (its context, or the Client,
 		// ended).
-		return stepDone, wt.giveUp(err, !ctxutil.Ended(ctx) && !errors.Is(err, ErrClosed))
+		return stepDone, wt.giveUp(err, !ctxend.Ended(ctx) && !errors.Is(err, ErrClosed))
 	}
 	// A handover to this waiter and its own attempt exclude each other:
 	// both would make it the holder, each with a token of its own.
@@ -312,7 +312,7 @@ func (wt *waitRun) sleep() (waitStep, error) {
 		c.qmu.Unlock()
 		return stepLook, nil
 	case <-wt.deadline:
-		if ctxutil.Ended(ctx) { // both ended: the caller's end wins, never "busy"
+		if ctxend.Ended(ctx) { // both ended: the caller's end wins, never "busy"
 			return stepDone, wt.giveUp(ctxErr(name, ctx), false)
 		}
 		return stepDone, wt.giveUp(wrap(name, ErrNotAcquired), true)

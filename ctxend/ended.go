@@ -1,5 +1,7 @@
-// Package ctxutil holds the context helpers that lock and gormplugin share.
-package ctxutil
+// Package ctxend tells whether a context is over, deadline timers that run
+// late included. It is the one context helper that lock and gormplugin
+// share; it is public only because they are separate packages.
+package ctxend
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package ctxutil_test
+package ctxend_test
 
 import (
 	"context"
@@ -6,21 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckillguard/seckillguard/internal/ctxutil"
+	"github.com/seckillguard/seckillguard/ctxend"
 )
 
 func TestEnded(t *testing.T) {
-	if ctxutil.Ended(context.Background()) {
+	if ctxend.Ended(context.Background()) {
 		t.Fatal("a background context ended")
 	}
 	live, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	if ctxutil.Ended(live) {
+	if ctxend.Ended(live) {
 		t.Fatal("a context an hour from its deadline ended")
 	}
 	cancelled, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	if !ctxutil.Ended(cancelled) || !errors.Is(cancelled.Err(), context.Canceled) {
+	if !ctxend.Ended(cancelled) || !errors.Is(cancelled.Err(), context.Canceled) {
 		t.Fatal("a cancelled context did not end")
 	}
 }
@@ -33,7 +33,7 @@ func TestEnded_PassedDeadlineSaysDeadlineExceeded(t *testing.T) {
 		ctx, cancel := context.WithDeadline(context.Background(), d)
 		for time.Now().Before(d) {
 		}
-		if !ctxutil.Ended(ctx) {
+		if !ctxend.Ended(ctx) {
 			t.Fatalf("try %d: not ended after its deadline", i)
 		}
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -50,7 +50,7 @@ type neverDone struct{ context.Context }
 func (neverDone) Deadline() (time.Time, bool) { return time.Now().Add(-time.Second), true }
 
 func TestEnded_NilDoneNeverEnds(t *testing.T) {
-	if ctxutil.Ended(neverDone{context.Background()}) {
+	if ctxend.Ended(neverDone{context.Background()}) {
 		t.Fatal("a context that cannot be cancelled ended")
 	}
 }
@@ -62,7 +62,7 @@ func TestEnded_UnenforcedDeadlineDoesNotHang(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(neverDone{context.Background()})
 	defer cancel(nil)
 	start := time.Now()
-	if ctxutil.Ended(ctx) {
+	if ctxend.Ended(ctx) {
 		t.Fatal("a context nobody cancels ended")
 	}
 	if waited := time.Since(start); waited > 2*time.Second {

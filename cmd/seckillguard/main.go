@@ -8,9 +8,11 @@
 //
 // REDIS_URL names the deployment: redis://[user:password@]host:port[/db]
 // (rediss:// for TLS); with ?master_name=NAME&addr=host:port... it is a
-// Sentinel set, and with -cluster a Redis Cluster. Every command takes
-// -json for scripts and -namespace for Clients created with
-// lock.WithNamespace. inspect and list only read.
+// Sentinel set, and with -cluster a Redis Cluster. Unset, it is
+// redis://127.0.0.1:6379/0, the server redis-cli talks to by default.
+// Every command takes -json for scripts and -namespace for Clients created
+// with lock.WithNamespace; flags may come before or after the command and
+// its argument. inspect and list only read.
 package main
 
 import (
@@ -42,27 +44,40 @@ commands:
                         and wake its waiters; needs -yes; prints what it
                         removed. The holder learns at its next renewal.
 
-flags (after the command): -json  -namespace NS  -cluster  -limit N (list)
-  -yes (force-unlock)
+flags (before or after the command): -json  -namespace NS  -cluster
+  -limit N (list, default 100)  -yes (force-unlock)
 
 REDIS_URL names the Redis: redis://host:port/db, rediss:// for TLS,
 ?master_name=NAME&addr=host:port for Sentinel, -cluster for a Cluster.
+Unset, it is ` + defaultRedisURL + ` (as redis-cli).
 `
+
+// defaultRedisURL is the Redis of an unset REDIS_URL: redis-cli's default
+// server.
+const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := execute(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// execute runs the command of args and returns the exit code: 0, 1 when the
+// command failed, 2 for a command line that makes no sense. Every error is
+// printed once, on stderr.
+func execute(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, getenv, stdout, stderr)
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintln(os.Stderr, "seckillguard:", err)
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "seckillguard:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "seckillguard:", err)
+		fmt.Fprintln(stderr, "seckillguard help lists the commands and flags")
+		return 2
 	}
+	fmt.Fprintln(stderr, "seckillguard:", err)
+	return 1
 }
 
 // errUsage marks a command line that makes no sense.
@@ -77,38 +92,50 @@ type settings struct {
 	yes       bool
 }
 
-// run runs the command of args.
+// run runs the command of args. Usage errors are returned, not printed.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
-		fmt.Fprint(stdout, usage)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: no command", errUsage)
-		}
-		return nil
-	}
-	cmd, args := args[0], args[1:]
 	var s settings
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage) }
+	fs := flag.NewFlagSet("seckillguard", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the caller prints the error, once
+	fs.Usage = func() {}
 	fs.BoolVar(&s.json, "json", false, "print JSON instead of text")
 	fs.StringVar(&s.namespace, "namespace", "", "the namespace of lock.WithNamespace")
 	fs.BoolVar(&s.cluster, "cluster", false, "REDIS_URL names a Redis Cluster node")
-	switch cmd {
-	case "inspect":
-	case "list":
-		fs.IntVar(&s.limit, "limit", 100, "list at most this many locks")
-	case "force-unlock":
-		fs.BoolVar(&s.yes, "yes", false, "really delete the lock")
-	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
-	}
-	if err := fs.Parse(args); err != nil {
+	fs.IntVar(&s.limit, "limit", 100, "list: at most this many locks")
+	fs.BoolVar(&s.yes, "yes", false, "force-unlock: really delete the lock")
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
 		return err
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: %s takes one argument, got %d", errUsage, cmd, fs.NArg())
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if len(pos) == 0 {
+		fmt.Fprint(stdout, usage)
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	cmd, pos := pos[0], pos[1:]
+	switch cmd {
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	case "inspect", "list", "force-unlock":
+	default:
+		return fmt.Errorf("%w: unknown command %q (want inspect, list or force-unlock)", errUsage, cmd)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case set["limit"] && cmd != "list":
+		return fmt.Errorf("%w: -limit is a flag of list, not of %s", errUsage, cmd)
+	case set["yes"] && cmd != "force-unlock":
+		return fmt.Errorf("%w: -yes is a flag of force-unlock, not of %s", errUsage, cmd)
+	case s.limit < 1:
+		return fmt.Errorf("%w: -limit %d: want at least 1", errUsage, s.limit)
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: %s takes one argument, got %d", errUsage, cmd, len(pos))
 	}
 	rdb, err := connect(getenv("REDIS_URL"), s.cluster)
 	if err != nil {
@@ -125,18 +152,39 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cancel()
 	switch cmd {
 	case "inspect":
-		return inspect(ctx, locks, fs.Arg(0), s, stdout)
+		return inspect(ctx, locks, pos[0], s, stdout)
 	case "list":
-		return list(ctx, locks, fs.Arg(0), s, stdout)
+		return list(ctx, locks, pos[0], s, stdout)
 	default:
-		return forceUnlock(ctx, locks, fs.Arg(0), s, stdout)
+		return forceUnlock(ctx, locks, pos[0], s, stdout)
+	}
+}
+
+// parseInterleaved parses the flags of args wherever they stand, before,
+// between or after the positional arguments, which it returns in order.
+// After "--" every argument is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
 }
 
 // connect opens the Redis of REDIS_URL.
 func connect(raw string, cluster bool) (redis.UniversalClient, error) {
 	if raw == "" {
-		return nil, fmt.Errorf("%w: REDIS_URL is not set (redis://host:port/db)", errUsage)
+		raw = defaultRedisURL
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -234,7 +282,7 @@ func forceUnlock(ctx context.Context, locks *lock.Client, name string, s setting
 		fmt.Fprintf(w, "%s was released meanwhile: nothing removed\n", name)
 		return nil
 	}
-	fmt.Fprintf(w, "removed %s (key %s), lease %s left, held by:\n", name, in.Key, lease(in.Lease))
+	fmt.Fprintf(w, "removed %s (key %s), its lease %s, held by:\n", name, in.Key, lease(in.Lease))
 	for _, o := range in.Owners {
 		fmt.Fprintf(w, "  %s  holds %d\n", o.Field, o.Holds)
 	}

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/internal/testkit/faults"
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
@@ -61,16 +64,19 @@ func TestInspect_RedissonLockHeldTwice(t *testing.T) {
 		}
 	}
 
-	out, err = cli(t, srv, "inspect", "-json", "sku:42")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r lockReport
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("-json: %v\n%s", err, out)
-	}
-	if !r.Held || r.Kind != "mutex" || len(r.Owners) != 1 || r.Owners[0].OwnerID != "57" || r.Owners[0].Holds != 2 || r.LeaseMs <= 29000 {
-		t.Errorf("-json: %+v", r)
+	// -json wherever it stands: before the command, after it, after the name.
+	for _, args := range [][]string{{"inspect", "-json", "sku:42"}, {"-json", "inspect", "sku:42"}, {"inspect", "sku:42", "-json"}} {
+		out, err = cli(t, srv, args...)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		var r lockReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, out)
+		}
+		if !r.Held || r.Kind != "mutex" || len(r.Owners) != 1 || r.Owners[0].OwnerID != "57" || r.Owners[0].Holds != 2 || r.LeaseMs <= 29000 {
+			t.Errorf("%q: %+v", args, r)
+		}
 	}
 }
 
@@ -195,13 +201,16 @@ func TestForceUnlock_NeedsYesAndSaysWhatItRemoved(t *testing.T) {
 		}
 		got <- err
 	}()
-	out, err := cli(t, srv, "force-unlock", "-yes", "sku:7")
+	out, err := cli(t, srv, "-yes", "force-unlock", "sku:7")
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantFits(t, out)
 	if !strings.Contains(out, "removed sku:7") || !strings.Contains(out, javaField+"  holds 3") {
 		t.Errorf("force-unlock printed:\n%s", out)
+	}
+	if !regexp.MustCompile(`its lease [0-9.]+m?s left, held by`).MatchString(out) || strings.Contains(out, "left left") {
+		t.Errorf("force-unlock does not say once what was left of the lease:\n%s", out)
 	}
 	select {
 	case err := <-got:
@@ -216,18 +225,68 @@ func TestForceUnlock_NeedsYesAndSaysWhatItRemoved(t *testing.T) {
 	}
 }
 
-// TestRun_RefusesNonsense: no REDIS_URL, no argument, an unknown command.
+// TestRun_RefusesNonsense: no command, no argument, an unknown command or
+// flag, a flag of another command. Each is a usage error that run returns
+// without printing it.
 func TestRun_RefusesNonsense(t *testing.T) {
 	none := func(string) string { return "" }
-	var out bytes.Buffer
-	for _, args := range [][]string{{}, {"inspect", "x"}, {"inspect"}, {"unlock", "x"}} {
-		if err := run(context.Background(), args, none, &out, &out); !errors.Is(err, errUsage) {
+	for _, args := range [][]string{
+		{}, {"inspect"}, {"inspect", "a", "b"}, {"unlock", "x"}, {"--bogus"}, {"inspect", "--bogus", "x"},
+		{"inspect", "-limit", "5", "x"}, {"inspect", "-yes", "x"}, {"list", "-limit", "0", "x"},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, none, &out, &errOut); !errors.Is(err, errUsage) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
+		if errOut.Len() > 0 {
+			t.Errorf("%q: run printed on stderr: %q", args, errOut.String())
+		}
 	}
-	out.Reset()
+	var out bytes.Buffer
 	if err := run(context.Background(), []string{"help"}, none, &out, &out); err != nil || !strings.Contains(out.String(), "force-unlock") {
 		t.Errorf("help: %v\n%s", err, out.String())
 	}
 	wantFits(t, out.String())
+}
+
+// TestCLI_PrintsAnErrorOnce: an unknown flag is named once on stderr, with
+// where to look, and the exit code is 2; -h prints the usage and is no
+// error.
+func TestCLI_PrintsAnErrorOnce(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, args := range [][]string{{"--bogus"}, {"inspect", "--bogus", "x"}, {"-bogus", "list", "*"}} {
+		var out, errOut bytes.Buffer
+		if code := execute(context.Background(), args, none, &out, &errOut); code != 2 {
+			t.Errorf("%q: exit code %d, want 2", args, code)
+		}
+		if n := strings.Count(errOut.String(), "-bogus"); n != 1 {
+			t.Errorf("%q: stderr names -bogus %d times, want once:\n%s", args, n, errOut.String())
+		}
+		if !strings.Contains(errOut.String(), "seckillguard help") {
+			t.Errorf("%q: stderr does not say where the flags are listed:\n%s", args, errOut.String())
+		}
+	}
+	for _, args := range [][]string{{"-h"}, {"inspect", "-h"}, {"--help"}} {
+		var out, errOut bytes.Buffer
+		if code := execute(context.Background(), args, none, &out, &errOut); code != 0 || !strings.Contains(out.String(), "commands:") || errOut.Len() > 0 {
+			t.Errorf("%q: exit code %d, stdout %q, stderr %q; want 0 and the usage on stdout", args, code, out.String(), errOut.String())
+		}
+	}
+}
+
+// TestConnect_DefaultsToRedisCLIsServer: with REDIS_URL unset the command
+// talks to 127.0.0.1:6379, database 0, as redis-cli does.
+func TestConnect_DefaultsToRedisCLIsServer(t *testing.T) {
+	rdb, err := connect("", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		t.Fatalf("connect(\"\") = %T, want a single-node client", rdb)
+	}
+	if o := c.Options(); o.Addr != "127.0.0.1:6379" || o.DB != 0 {
+		t.Errorf("default Redis %s db %d, want 127.0.0.1:6379 db 0", o.Addr, o.DB)
+	}
 }

@@ -37,6 +37,16 @@ func TestRun_HelpListsTheCommands(t *testing.T) {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("help %s lists no %s:\n%s", cmd, flag, out.String())
 		}
+		wantFits(t, out.String())
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"help", "demo"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range allModes {
+		if !strings.Contains(out.String(), "\n  "+m.legend()+"\n") {
+			t.Errorf("help demo does not say what mode %s does:\n%s", m, out.String())
+		}
 	}
 	var stderr bytes.Buffer
 	if err := run(context.Background(), []string{"sell"}, env(nil), io.Discard, &stderr); err == nil || !strings.Contains(stderr.String(), "commands:") {

@@ -71,8 +71,12 @@ func parseDemo(args []string, stderr io.Writer) (*demoConfig, error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: example-seckill demo [flags]\n\nStarts -instances instances of the service on loopback ports, all on one Redis and one\ndatabase, runs one sale per mode against them and prints what the database holds afterwards.")
-		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "usage: example-seckill demo [flags]\n\nStarts -instances instances of the service on loopback ports, all on one\nRedis and one database, runs one sale per mode against them and prints what\nthe database holds afterwards. The modes:")
+		for _, m := range allModes {
+			fmt.Fprintln(fs.Output(), "  "+m.legend())
+		}
+		fmt.Fprintln(fs.Output(), "\nflags:")
+		printFlags(fs.Output(), fs)
 	}
 	dc := &demoConfig{}
 	fs.IntVar(&dc.instances, "instances", 3, "instances of the service, each with its own Redis client, database pool and gin engine")
@@ -85,6 +89,7 @@ func parseDemo(args []string, stderr io.Writer) (*demoConfig, error) {
 	fs.BoolVar(&dc.verbose, "v", false, "also print each mode's answers")
 	fs.BoolVar(&dc.json, "json", false, "print the results as one JSON document on stdout (the settings and progress go to stderr)")
 	dc.register(fs, knobs{holdDelay: 20 * time.Millisecond, holdRate: 0.2, watchdog: lock.DefaultWatchdogTimeout})
+	fs.Lookup("lease").Usage += " (default: half of -hold-delay, so that a paused holder loses its lock)"
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -315,6 +320,28 @@ func (r modeResult) busy429() int {
 	return n
 }
 
+// modeWidth is the widest mode name, the width of the demo's mode columns.
+var modeWidth = func() int {
+	n := 0
+	for _, m := range allModes {
+		n = max(n, len(m))
+	}
+	return n
+}()
+
+// legend is one line that says what mode m does, its name first, in 78
+// columns.
+func (m Mode) legend() string {
+	what := map[Mode]string{
+		ModeNone:         "no lock: read the stock, write it back, create the order",
+		ModeLocal:        "a sync.Mutex per instance, each right on its own: the incident",
+		ModeGuard:        "the distributed lock of guard.yaml, renewed; writes fenced",
+		ModeGuardLease:   "guard with a fixed lease shorter than the pause: locks lost",
+		ModeGuardCombine: "guard; the purchases queued behind the holder join its batch",
+	}[m]
+	return fmt.Sprintf("%-*s  %s", modeWidth, m, what)
+}
+
 // printTable prints the demo's two tables, what the database holds and
 // what the requests met, and what their columns mean, in 80 columns.
 func printTable(w io.Writer, results []modeResult) {
@@ -336,6 +363,11 @@ func printTable(w io.Writer, results []modeResult) {
 		})
 		busy += r.busy429()
 	}
+	fmt.Fprintln(w, "The sales, one per mode:")
+	for _, r := range results {
+		fmt.Fprintln(w, "  "+r.mode.legend())
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "In the database after each sale:")
 	printRows(w, db)
 	fmt.Fprintln(w, "oversold = orders beyond the stock; drift = stock - left - orders (negative:")

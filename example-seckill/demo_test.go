@@ -196,17 +196,36 @@ func TestDemo_OutputFitsEightyColumns(t *testing.T) {
 	if !strings.Contains(out.String(), "12 requests were answered 429") {
 		t.Errorf("the output does not count the 429 answers:\n%s", out.String())
 	}
+	for _, r := range results {
+		if !strings.Contains(out.String(), "\n  "+r.mode.legend()+"\n") {
+			t.Errorf("the output does not say what mode %s does:\n%s", r.mode, out.String())
+		}
+	}
 	out.Reset()
 	printTable(&out, results[:1])
 	if !strings.Contains(out.String(), "No request was answered 429.") {
 		t.Errorf("the output does not say that nothing was answered 429:\n%s", out.String())
 	}
-	for _, line := range []string{
-		progressLine("guard-lease", 0, 99999, 0, 0),
-		progressLine("guard-lease", 99999, 99999, 9999999, 9999*time.Second),
-	} {
-		if len(line) > progressWidth {
-			t.Errorf("progress line of %d columns, want at most %d: %q", len(line), progressWidth, line)
+	bar := -1
+	for _, m := range allModes {
+		for _, line := range []string{
+			progressLine(string(m), 0, 99999, 0, 0),
+			progressLine(string(m), 99999, 99999, 9999999, 9999*time.Second),
+		} {
+			if len(line) > progressWidth {
+				t.Errorf("progress line of %d columns, want at most %d: %q", len(line), progressWidth, line)
+			}
+			if bar == -1 {
+				bar = strings.Index(line, "[")
+			}
+			if i := strings.Index(line, "["); i != bar {
+				t.Errorf("the bar of mode %s starts in column %d, the others' in %d: %q", m, i, bar, line)
+			}
+		}
+	}
+	for _, m := range allModes {
+		if l := m.legend(); len(l)+2 > 80 {
+			t.Errorf("the legend of mode %s is %d columns wide with its indent: %q", m, len(l)+2, l)
 		}
 	}
 }

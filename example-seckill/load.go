@@ -242,8 +242,8 @@ func progressLine(label string, settled, total int, sent int64, elapsed time.Dur
 		filled = min(settled*width/total, width)
 	}
 	bar := strings.Repeat("#", filled) + strings.Repeat("-", width-filled)
-	return fmt.Sprintf("  %-11s [%s] %5d/%-5d settled %7d requests %6.1fs",
-		label, bar, settled, total, sent, elapsed.Seconds())
+	return fmt.Sprintf("  %-*s [%s] %5d/%-5d settled %7d requests %6.1fs",
+		modeWidth, label, bar, settled, total, sent, elapsed.Seconds())
 }
 
 // sortedLatencies returns the latencies in increasing order.

@@ -30,9 +30,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -139,10 +141,68 @@ type knobs struct {
 func (k *knobs) register(fs *flag.FlagSet, def knobs) {
 	fs.DurationVar(&k.holdDelay, "hold-delay", def.holdDelay, "pause inside the critical section, after the stock is read and before it is written (a stand-in for a GC pause or a slow call)")
 	fs.Float64Var(&k.holdRate, "hold-rate", def.holdRate, "fraction of purchases that pause for -hold-delay, in (0, 1]")
-	fs.StringVar(&k.policies, "policies", def.policies, "policy file of the guard modes (default: the built-in copy of example-seckill/guard.yaml)")
+	fs.StringVar(&k.policies, "policies", def.policies, "policy `file` of the guard modes (default: the built-in copy of example-seckill/guard.yaml)")
 	fs.DurationVar(&k.watchdog, "watchdog", def.watchdog, "lock watchdog timeout: a lock is renewed every third of it while held; also the in-progress lease of idempotency keys")
 	fs.DurationVar(&k.lease, "lease", def.lease, "fixed lock lease of mode guard-lease (the watchdog is off for it)")
-	fs.StringVar(&k.sqlite, "sqlite", def.sqlite, "with MYSQL_DSN unset: keep the SQLite database in this file instead of in memory")
+	fs.StringVar(&k.sqlite, "sqlite", def.sqlite, "with MYSQL_DSN unset: keep the SQLite database in this `file` instead of in memory")
+}
+
+// printFlags writes the flags of fs as flag.PrintDefaults does, a flag's
+// name on one line and its usage and default below it, wrapped to fit 80
+// columns.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	const indent = "        "
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		head := "  -" + f.Name
+		if name != "" {
+			head += " " + name
+		}
+		fmt.Fprintln(w, head)
+		if def := defaultOf(f); def != "" {
+			usage += " (default " + def + ")"
+		}
+		for _, line := range wrap(usage, 80-len(indent)) {
+			fmt.Fprintln(w, indent+line)
+		}
+	})
+}
+
+// defaultOf is f's default as flag.PrintDefaults shows it: quoted for a
+// string, nothing for a zero value.
+func defaultOf(f *flag.Flag) string {
+	switch f.DefValue {
+	case "", "0", "false", "0s":
+		return ""
+	}
+	if g, ok := f.Value.(flag.Getter); ok {
+		if _, isString := g.Get().(string); isString {
+			return strconv.Quote(f.DefValue)
+		}
+	}
+	return f.DefValue
+}
+
+// wrap breaks text into lines of at most width columns at spaces; a word
+// longer than width stands on a line of its own.
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		switch {
+		case line == "":
+			line = word
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = word
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // config returns the instance configuration of mode.

@@ -24,15 +24,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: example-seckill [serve] [flags]\n\nServes the flash-sale service. REDIS_URL and MYSQL_DSN select real servers;\nunset, it embeds miniredis and SQLite. ADDR sets the default of -addr.")
-		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "usage: example-seckill [serve] [flags]\n\nServes the flash-sale service. REDIS_URL and MYSQL_DSN select real servers;\nunset, it embeds miniredis and SQLite. ADDR sets the default of -addr.\n\nflags:")
+		printFlags(fs.Output(), fs)
 	}
 	defAddr := getenv(envAddr)
 	if defAddr == "" {
 		defAddr = defaultAddr
 	}
-	addr := fs.String("addr", defAddr, "listen address (host:port; port 0 picks a free one; \":8080\" listens on every interface)")
-	modeName := fs.String("mode", string(ModeGuard), "none, local, guard, guard-lease or guard-combine (see the demo)")
+	addr := fs.String("addr", defAddr, "listen `host:port`; port 0 picks a free one, \":8080\" listens on every interface")
+	modeName := fs.String("mode", string(ModeGuard), "none, local, guard, guard-lease or guard-combine (help demo says what each does)")
 	var k knobs
 	k.register(fs, knobs{holdRate: 1, watchdog: lock.DefaultWatchdogTimeout, lease: 5 * time.Second})
 	if err := fs.Parse(args); err != nil {
@@ -63,8 +63,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "example-seckill: listening on %s, mode %s; Redis: %s; database: %s; policies: %s\n",
-		boundAddr(in.ln.Addr()), mode, b.Redis, b.Database, polName)
+	fmt.Fprint(stdout, banner(boundAddr(in.ln.Addr()), hostPort(in.ln.Addr()), mode, b, polName))
 
 	select {
 	case <-ctx.Done():
@@ -76,6 +75,22 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		err = cerr
 	}
 	return err
+}
+
+// bannerLines is how many lines banner has.
+const bannerLines = 5
+
+// banner is what serve prints once it listens: a first line short enough to
+// read at a glance, naming the address bound (scripts and tests take it from
+// "listening on ADDR,"), then the backends and the policies, and a purchase
+// to try, each on a line of its own.
+func banner(addr, hostPort string, mode Mode, b *Backends, policies string) string {
+	return fmt.Sprintf("example-seckill: listening on %s, mode %s\n"+
+		"  Redis:    %s\n"+
+		"  database: %s\n"+
+		"  policies: %s\n"+
+		"  try:      curl -X POST -H 'X-User-ID: u1' %s/api/seckill/sku-1\n",
+		addr, mode, b.Redis, b.Database, policies, hostPort)
 }
 
 // instance is the service running on a listener, with its own Redis

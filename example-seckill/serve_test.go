@@ -19,7 +19,8 @@ import (
 )
 
 // startServe runs the serve command as main does, with vars as its
-// environment, and returns its startup line and base URL. The command
+// environment, and returns its banner (the lines it prints once it listens)
+// and base URL. The command
 // stops, and must end without error, when the test ends.
 func startServe(t *testing.T, vars map[string]string, args ...string) (line, url string) {
 	t.Helper()
@@ -32,9 +33,9 @@ func startServe(t *testing.T, vars map[string]string, args ...string) (line, url
 	}()
 	lines := make(chan string, 1)
 	go func() {
-		l, _ := bufio.NewReader(pr).ReadString('\n')
-		lines <- l
-		_, _ = io.Copy(io.Discard, pr)
+		r := bufio.NewReader(pr)
+		lines <- readBanner(r)
+		_, _ = io.Copy(io.Discard, r)
 	}()
 	select {
 	case line = <-lines:
@@ -52,22 +53,41 @@ func startServe(t *testing.T, vars map[string]string, args ...string) (line, url
 			t.Errorf("serve ended with %v", err)
 		}
 	})
-	m := regexp.MustCompile(`listening on (\S+),`).FindStringSubmatch(line)
+	first, _, _ := strings.Cut(line, "\n")
+	m := regexp.MustCompile(`listening on (\S+),`).FindStringSubmatch(first)
 	if m == nil {
-		t.Fatalf("startup line %q names no address", line)
+		t.Fatalf("first line %q names no address", first)
 	}
 	return line, "http://" + m[1]
+}
+
+// readBanner reads the bannerLines lines serve prints once it listens.
+func readBanner(r *bufio.Reader) string {
+	var b strings.Builder
+	for range bannerLines {
+		l, err := r.ReadString('\n')
+		b.WriteString(l)
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
 }
 
 // TestServe_EmbeddedDefaultStartsAndSells is "go run ./example-seckill" on
 // a machine with only Go: no REDIS_URL, no MYSQL_DSN.
 func TestServe_EmbeddedDefaultStartsAndSells(t *testing.T) {
 	t.Parallel()
-	line, url := startServe(t, nil)
-	for _, want := range []string{"mode guard", "embedded miniredis", "embedded SQLite in memory", "guard.yaml (built in)"} {
-		if !strings.Contains(line, want) {
-			t.Errorf("startup line %q does not say %q", line, want)
+	banner, url := startServe(t, nil)
+	for _, want := range []string{"mode guard\n", "Redis:    embedded miniredis", "database: embedded SQLite in memory", "policies: guard.yaml (built in)",
+		"try:      curl -X POST -H 'X-User-ID: u1' " + strings.TrimPrefix(url, "http://") + "/api/seckill/" + demoSKU} {
+		if !strings.Contains(banner, want) {
+			t.Errorf("banner does not say %q:\n%s", want, banner)
 		}
+	}
+	wantFits(t, banner)
+	if first, _, _ := strings.Cut(banner, "\n"); len(first) > 60 {
+		t.Errorf("first line of %d columns, want a short one: %q", len(first), first)
 	}
 	in := &instance{url: url}
 	if a := buyAt(t, in, demoSKU, "u1", ""); a.status != http.StatusCreated || a.order(t).SKU != demoSKU {
@@ -104,8 +124,8 @@ func TestServe_PoliciesFlagReplacesTheBuiltInFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	line, url := startServe(t, map[string]string{envRedisURL: "redis://" + rs.Addr}, "-policies", file)
-	if !strings.Contains(line, file) || !strings.Contains(line, "Redis: 127.0.0.1") {
-		t.Errorf("startup line %q does not name the policy file and the Redis", line)
+	if !strings.Contains(line, "policies: "+file) || !strings.Contains(line, "Redis:    127.0.0.1") {
+		t.Errorf("banner does not name the policy file and the Redis:\n%s", line)
 	}
 
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
@@ -178,12 +198,13 @@ func TestServe_SQLiteFileKeepsTheSale(t *testing.T) {
 			done <- run(ctx, []string{"serve", "-addr", "127.0.0.1:0", "-sqlite", file}, env(nil), pw, io.Discard)
 			pw.Close()
 		}()
-		line, _ := bufio.NewReader(pr).ReadString('\n')
-		go io.Copy(io.Discard, pr)
+		r := bufio.NewReader(pr)
+		line := readBanner(r)
+		go io.Copy(io.Discard, r)
 		m := regexp.MustCompile(`listening on (\S+),`).FindStringSubmatch(line)
 		if m == nil || !strings.Contains(line, file) {
 			cancel()
-			t.Fatalf("startup line %q", line)
+			t.Fatalf("banner:\n%s", line)
 		}
 		in := &instance{url: "http://" + m[1]}
 		if a := buyAt(t, in, demoSKU, "u"+string(rune('1'+i)), ""); a.status != http.StatusCreated {

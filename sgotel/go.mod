@@ -1,3 +1,8 @@
+// OpenTelemetry for seckillguard, a module of its own so that the library's
+// go.mod never requires OpenTelemetry. It requires the library's release of
+// the same commit: the release tags v0.1.0 and sgotel/v0.1.0 together. In
+// this repository go.work builds it against the library beside it, so no
+// replace directive is needed (one would not reach a consumer anyway).
 module github.com/seckillguard/seckillguard/sgotel
 
 go 1.26.0
@@ -5,7 +10,7 @@ go 1.26.0
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/seckillguard/seckillguard v0.0.0-00010101000000-000000000000
+	github.com/seckillguard/seckillguard v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -59,7 +64,3 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-// The library is built from this repository. A release of sgotel (tag
-// sgotel/vX.Y.Z) requires the library's release of the same commit instead.
-replace github.com/seckillguard/seckillguard => ../

@@ -823,6 +823,9 @@ func writeHTTP(w io.Writer, cfg config, r *results) {
 	} else {
 		fmt.Fprintf(w, "Every request counted was answered 201 (an order).\n\n")
 	}
+	if cfg.figures != "" {
+		fmt.Fprintf(w, "![Requests per second per mode, one SKU and 1,024 SKUs: the median over rounds, the min–max, and the ratio to none](%s)\n\n", httpFigure)
+	}
 	var rows []contender
 	for _, row := range httpRows {
 		rows = append(rows, contender{name: row.name})

@@ -11,6 +11,15 @@
 //
 // It never touches a Redis it did not start (it needs redis-server in PATH).
 // docs/BENCHMARKS.md holds the latest report and how to read it.
+//
+// The same run draws two figures from its own results and writes them into
+// the directory of -figures, by default ../docs (the run's working
+// directory is bench/), where docs/BENCHMARKS.md shows them beside the
+// report: bench-hotkey.svg, the waits on the hot key per library, and
+// bench-http.svg, requests per second per mode of the reference service. A
+// figure is written only when its scenarios ran (hot, http), replacing the
+// file, and its caption names the command, commit and date of the run; the
+// run prints the paths it wrote on stderr. -figures "" writes none.
 package main
 
 import (
@@ -20,6 +29,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -45,6 +55,7 @@ type config struct {
 	watchdog    time.Duration // watchdog timeout of the held-locks scaling
 	scenarios   map[string]bool
 	cpuprofile  string // write a CPU profile of the whole run here
+	figures     string // write the figures into this directory ("": none)
 	busy        bool   // uncontended runs: keep every CPU busy with a nice-19 loop
 
 	httpClients  int           // HTTP runs: requests in flight at once
@@ -72,6 +83,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.heldRounds, "held-rounds", 2, "how many of the rounds also run the held-locks scaling (20–40 s each)")
 	fs.DurationVar(&c.watchdog, "watchdog", 3*time.Second, "watchdog timeout for the held-locks scaling (renewal every third of it)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&c.figures, "figures", filepath.Join("..", "docs"), "write the figures ("+hotKeyFigure+", "+httpFigure+") into this directory, replacing them; relative to the working directory (bench/ for go -C bench run .); empty: write none")
 	fs.IntVar(&c.httpClients, "http-clients", 64, "HTTP runs: requests in flight at once (closed loop)")
 	fs.DurationVar(&c.httpWarmup, "http-warmup", 500*time.Millisecond, "HTTP runs: unmeasured start")
 	fs.DurationVar(&c.httpDuration, "http-duration", 2*time.Second, "HTTP runs: measured window")
@@ -162,9 +174,14 @@ func main() {
 	}
 }
 
-// run starts a redis-server of its own, measures, and writes the report to out
-// and progress to log.
+// run starts a redis-server of its own, measures, and writes the report to
+// out, the figures into cfg.figures, and progress to log.
 func run(ctx context.Context, cfg config, out, log io.Writer) error {
+	if cfg.figures != "" {
+		if err := checkFigureDir(cfg.figures); err != nil {
+			return err
+		}
+	}
 	dir, err := os.MkdirTemp("", "seckillguard-bench-")
 	if err != nil {
 		return err
@@ -209,7 +226,17 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		m.loadMax = max(m.loadMax, l)
 	}
 	m.command = commandLine()
-	return writeReport(out, cfg, m, r)
+	if err := writeReport(out, cfg, m, r); err != nil {
+		return err
+	}
+	if cfg.figures == "" {
+		return nil
+	}
+	written, err := writeFigures(cfg.figures, cfg, m, r)
+	for _, path := range written {
+		fmt.Fprintf(log, "bench: wrote %s\n", path)
+	}
+	return err
 }
 
 // commandLine is how this run was started, for the report.

@@ -220,7 +220,10 @@ func writeReport(w io.Writer, cfg config, m machine, r *results) error {
 		fmt.Fprintln(w)
 		writeShares(w, cs, r, sc.id)
 		writeCut(w, cs, r, sc.id)
-		if sc.id == "hot200" {
+		if sc.id == hotFigureScenario {
+			if cfg.figures != "" {
+				fmt.Fprintf(w, "![The waits of this scenario per library: the share of the waits ended within a time, on a log time axis and a percentile scale; the curves of the libraries that left waiters unserved stop short of 100%%](%s)\n\n", hotKeyFigure)
+			}
 			writeBreakdown(w, "library", cs, r, sc.id, "What Redis ran per acquisition (last round)")
 		}
 	}

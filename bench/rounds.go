@@ -55,10 +55,40 @@ type results struct {
 	// HTTP runs: the answers, summed over rounds, by scenario and row (key(id, row, ""))
 	answers   map[string]map[string]int
 	httpSetup string // how the HTTP runs were set up, for the report
+	// the hot-key figure's scenario: every wait of every round, by row
+	waits map[string]*waitSample
+}
+
+// waitSample is the waits of one row of a contended scenario, every round's
+// pooled.
+type waitSample struct {
+	ended []time.Duration // the waits that ended (the lock acquired)
+	cut   []time.Duration // the waits still going on when the drain ended, at their length then
 }
 
 func newResults() *results {
-	return &results{v: map[string][]float64{}, breakdown: map[string]map[string]map[string]float64{}, answers: map[string]map[string]int{}}
+	return &results{v: map[string][]float64{}, breakdown: map[string]map[string]map[string]float64{}, answers: map[string]map[string]int{},
+		waits: map[string]*waitSample{}}
+}
+
+// keepWaits adds a run's waits to its row's sample: waits holds every wait,
+// the cut ones included, and cut those alone; both sorted.
+func (r *results) keepWaits(row string, waits, cut []time.Duration) {
+	s := r.waits[row]
+	if s == nil {
+		s = &waitSample{}
+		r.waits[row] = s
+	}
+	// waits less cut, both sorted: a merge.
+	j := 0
+	for _, w := range waits {
+		if j < len(cut) && w == cut[j] {
+			j++
+			continue
+		}
+		s.ended = append(s.ended, w)
+	}
+	s.cut = append(s.cut, cut...)
 }
 
 func key(scenario, row, metric string) string { return scenario + "|" + row + "|" + metric }
@@ -294,6 +324,9 @@ func (r *results) addContended(sc scenario, c contender, x contended) {
 	}
 	if x.errors > 0 {
 		r.note("%s, %s: %d lock or unlock calls failed", id, lib, x.errors)
+	}
+	if id == hotFigureScenario {
+		r.keepWaits(lib, x.waits, x.cut)
 	}
 }
 

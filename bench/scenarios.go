@@ -158,6 +158,7 @@ type contended struct {
 	waits        []time.Duration // sorted; waits still going on when the drain ended are included with their length so far
 	served       []time.Duration // sorted: the waits of the acquisitions made in the window, and only those
 	censored     int             // how many of the waits were cut short that way
+	cut          []time.Duration // sorted: those waits, at their length when the drain ended
 	errors       int64           // failed lock or unlock calls (not counting the end of the run)
 	cost         cost            // during the window
 }
@@ -202,6 +203,7 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 		start     = make(chan struct{})
 		perG      = make([][]time.Duration, ld.clients*ld.goroutines)
 		perGDone  = make([][]time.Duration, ld.clients*ld.goroutines)
+		perGCut   = make([][]time.Duration, ld.clients*ld.goroutines) // a goroutine's wait cut short, if any
 		perClient = make([]atomic.Int64, ld.clients)
 		unserved  atomic.Int64
 	)
@@ -268,6 +270,7 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 						if runCtx.Err() != nil {
 							if counted {
 								cut.Add(1)
+								perGCut[slot] = []time.Duration{w}
 							}
 							return
 						}
@@ -344,6 +347,10 @@ func runContended(ctx context.Context, e *env, c contender, ld load, prefix stri
 	for _, w := range perGDone {
 		out.served = append(out.served, w...)
 	}
+	for _, w := range perGCut {
+		out.cut = append(out.cut, w...)
+	}
+	sortDurations(out.cut)
 	sortDurations(out.served)
 	sortDurations(out.waits)
 	return out, nil

@@ -75,7 +75,6 @@ func TestObserver_AWaitIsAcquiredWithItsWaitThenReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan context.Context, 1)
-	start := time.Now()
 	go func() {
 		ctx, err := waiter.Mutex(name).Lock(context.Background())
 		if err != nil {
@@ -85,7 +84,11 @@ func TestObserver_AWaitIsAcquiredWithItsWaitThenReleased(t *testing.T) {
 	}()
 	unlockCh := "redisson_lock__channel:{" + name + "}"
 	inspectUntil(t, holder, name, "the waiter subscribed", func(in *lock.Inspection) bool { return channel(in, unlockCh) == 1 })
-	waited := time.Since(start) // at least
+	// The waiter's Lock was called before it subscribed, and it cannot
+	// acquire before the Unlock: its wait is at least the time between.
+	seen := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	waited := time.Since(seen)
 	holder.Mutex(name).Unlock(held)
 	ctx := <-got
 	if err := waiter.Mutex(name).Unlock(ctx); err != nil {

@@ -126,6 +126,14 @@ func TestObserver_AHandoverIsToldByBothHolds(t *testing.T) {
 	}()
 	unlockCh := "redisson_lock__channel:{" + name + "}"
 	inspectUntil(t, c, name, "the second goroutine waiting", func(in *lock.Inspection) bool { return channel(in, unlockCh) == 1 })
+	// Subscribed, the waiter tries once more (an unlock may have come in
+	// between); a release meanwhile frees the lock rather than hand it to
+	// a waiter in the middle of its attempt. Its three script calls (the
+	// holder's, its first try, the try after subscribing) mark it asleep.
+	eventually(t, 5*time.Second, "the waiter's attempt after subscribing", func() bool {
+		return commandCalls(t, srv.Client())["evalsha"] >= 3
+	})
+	time.Sleep(20 * time.Millisecond) // its reply on its way back
 	c.Mutex(name).Unlock(first)
 	second := <-got
 	c.Mutex(name).Unlock(second)

@@ -214,7 +214,7 @@ func (c *Client) renewingHold(key string) bool {
 // one.
 type subscription struct {
 	ps      *redis.PubSub
-	refs    int
+	refs    int // threads sharing it; under mu (and the Client's mu when it changes)
 	latch   chan struct{}
 	waiting int
 	mu      sync.Mutex
@@ -250,7 +250,9 @@ func semaphoreMessages(msg string, _, refs int) int {
 func (c *Client) subscribe(ctx context.Context, channel string, on onMessage) (*subscription, error) {
 	c.mu.Lock()
 	if s, ok := c.subs[channel]; ok {
+		s.mu.Lock()
 		s.refs++
+		s.mu.Unlock()
 		c.mu.Unlock()
 		return s, nil
 	}
@@ -286,8 +288,10 @@ func (c *Client) subscribe(ctx context.Context, channel string, on onMessage) (*
 
 func (c *Client) unsubscribe(channel string, s *subscription) {
 	c.mu.Lock()
+	s.mu.Lock()
 	s.refs--
 	last := s.refs == 0 && c.subs[channel] == s
+	s.mu.Unlock()
 	if last {
 		delete(c.subs, channel)
 	}

@@ -241,3 +241,22 @@ func TestRedissonEmu_AJavaWaiterOnAHotMutexWaitsUnderHalfASecond(t *testing.T) {
 		}
 	}
 }
+
+// Not Redisson's: two Clients of ours with two goroutines each. A turn's
+// handover count lives in the Client's wait queue, which empties at every
+// handover between two goroutines, so on main a turn never ends and the
+// other Client waits for a race it rarely wins (2.0 s measured).
+func TestMutex_TwoClientsOfTwoGoroutinesEachWaitUnderHalfASecond(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	cs := instances(t, srv, 2)
+	r := contendAs(t, 3*time.Second, [2]string{"a", "b"}, mutexSide(cs[0].Mutex(name)), mutexSide(cs[1].Mutex(name)), 1, false)
+	if r.Overlaps != 0 {
+		t.Fatalf("%d overlapping holds", r.Overlaps)
+	}
+	for s, w := range r.LongestWait {
+		if w > 500*time.Millisecond {
+			t.Fatalf("an acquisition of Client %s waited %v", s, w)
+		}
+	}
+}

@@ -35,6 +35,12 @@ type side func(ctx context.Context, worker int) (release func() error, write boo
 // they did.
 func contend(t *testing.T, d time.Duration, ours, java side, capacity int, shared bool) redissonemu.Report {
 	t.Helper()
+	return contendAs(t, d, [2]string{"go", "java"}, ours, java, capacity, shared)
+}
+
+// contendAs is contend with other names for the two sides.
+func contendAs(t *testing.T, d time.Duration, names [2]string, ours, java side, capacity int, shared bool) redissonemu.Report {
+	t.Helper()
 	var log redissonemu.HoldLog
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
@@ -62,8 +68,8 @@ func contend(t *testing.T, d time.Duration, ours, java side, capacity int, share
 	}
 	for w := range 2 {
 		wg.Add(2)
-		go run("go#"+string(rune('0'+w)), ours, w)
-		go run("java#"+string(rune('0'+w)), java, w)
+		go run(names[0]+"#"+string(rune('0'+w)), ours, w)
+		go run(names[1]+"#"+string(rune('0'+w)), java, w)
 	}
 	wg.Wait()
 	close(errs)

@@ -3,14 +3,15 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/internal/testkit/redissonemu"
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
@@ -19,16 +20,13 @@ import (
 // Redisson connection manager id and a thread id.
 const javaField = "7c2f0a6e-0d3b-4f3e-9a55-3b1d2f9b8e11:57"
 
-// redissonLock takes or re-enters name the way Redisson's RLock does, with
-// its own script, as thread 57 of a Java service.
-func redissonLock(t *testing.T, rdb redis.Scripter, name string) {
+// redissonLock takes or re-enters name the way Redisson's RLock does (the
+// protocol emulator), as thread 57 of a Java service, for 30 s.
+func redissonLock(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
-	src, err := os.ReadFile("testdata/redisson_lock.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := redis.NewScript(string(src)).Run(context.Background(), rdb, []string{name}, 30000, javaField).Err(); !errors.Is(err, redis.Nil) {
-		t.Fatalf("Redisson's lock script: %v, want it to take the lock (nil reply)", err)
+	j := redissonemu.New(rdb, redissonemu.Config{ID: strings.TrimSuffix(javaField, ":57")})
+	if err := j.Lock(name).LockLease(context.Background(), 57, 30*time.Second); err != nil {
+		t.Fatalf("the Java service's lock: %v", err)
 	}
 }
 

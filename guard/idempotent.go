@@ -110,7 +110,9 @@ func InProgressLease(d time.Duration) RouteOption {
 
 // WaitForFirst makes a request whose key is in progress wait up to d for the
 // first request and replay its answer, instead of being answered 409 at
-// once. Default 0: answer 409 with Retry-After.
+// once. A request inside a combining batch's turn (Combining outside
+// Idempotent) never waits: the batch would wait with it. Default 0: answer
+// 409 with Retry-After.
 func WaitForFirst(d time.Duration) RouteOption {
 	if d < 0 {
 		return invalid("WaitForFirst(%v): must not be negative", d)
@@ -166,6 +168,9 @@ const ReplayedHeader = "Idempotent-Replayed"
 // gets that answer replayed, with the header Idempotent-Replayed: true, and
 // the handler does not run.
 //
+// The key is required by default: a request without one is answered 400
+// idempotency_key_missing (OptionalKey lets it through unguarded).
+//
 //	400 idempotency_key_missing   no key, and the key is required
 //	400 idempotency_key_invalid   malformed, empty, non-ASCII or over 255 bytes
 //	422 idempotency_key_reused    the key was used with a request of another identity
@@ -180,13 +185,37 @@ const ReplayedHeader = "Idempotent-Replayed"
 // mark); a replay costs one.
 //
 // Only the handler's own answer is stored, and by default only a 2xx or 3xx
-// one. What the framework answered itself (a later Lock found the key busy
-// or Redis down, refused a key field or the body, or the client went away
-// while it waited) releases the key at once; so do a 4xx of the handler
-// (it says nothing happened; StoreClientErrors keeps them), a 5xx
-// (StoreServerErrors keeps them), a panic and a lost lock: the retry runs.
-// Every Idempotent route needs Scope or Unscoped; Idempotent panics at
-// registration otherwise.
+// one. What the framework answered itself (a Lock found the key busy or
+// Redis down, refused a key field or the body, or the client went away while
+// it waited) releases the key at once; so do a 4xx of the handler (it says
+// nothing happened; StoreClientErrors keeps them), a 5xx (StoreServerErrors
+// keeps them), a panic, a lost lock, a stale write and a combining batch
+// that did not commit: the retry runs. Every Idempotent route needs Scope or
+// Unscoped; Idempotent panics at registration otherwise.
+//
+// Order does not matter. Idempotent, Lock and Combining may be registered
+// in any order (router-level Use, per route, Policies): the record is
+// written once, by the guard step that finishes last, when the request's
+// final answer is known (after the lock step judged a lost lock or a stale
+// write, after a combining batch committed), so every order gives a request
+// the same answer and stores the same record. What a concurrent duplicate of
+// a running request gets meanwhile follows from which step it meets first:
+//
+//   - Idempotent outside the lock (Idempotent before Lock on the route, or
+//     router-level, or Policies): 409 request_in_progress at once, or with
+//     WaitForFirst a wait and the first answer replayed.
+//   - Lock outside Idempotent: the duplicate waits for the lock (up to
+//     Wait; 429 busy after it), and is then replayed the first answer, which
+//     is stored before the lock is released; or runs, if that answer is not
+//     stored.
+//   - Combining outside Idempotent: the duplicate waits in the key's line
+//     and, taken into the same batch, is answered 409 request_in_progress
+//     (inside a batch nobody waits for the first, WaitForFirst or not); in a
+//     later batch, the replay once the first batch's record is stored, or
+//     409 until then.
+//
+// Either way the handler runs at most once, and only an answer whose work
+// was done (its batch committed, its lock held to the end) is replayed.
 func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
 	return g.handler(g.idempotentStep(g.mustRoute(opts, useIdem), false))
 }

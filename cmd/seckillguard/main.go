@@ -10,7 +10,9 @@
 // (rediss:// for TLS); with ?master_name=NAME&addr=host:port... it is a
 // Sentinel set, and with -cluster a Redis Cluster. Every command takes
 // -json for scripts and -namespace for Clients created with
-// lock.WithNamespace. inspect and list only read.
+// lock.WithNamespace (or guard.WithNamespace): NAME is then the name the
+// code locks ("sku:42"); without it, the full key a log line shows
+// ("ns:sku:42") names the same lock. inspect and list only read.
 package main
 
 import (
@@ -23,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,7 +38,9 @@ const usage = `usage: seckillguard COMMAND [flags] ARG
 
 commands:
   inspect NAME          who holds the lock NAME, with which hold counts, the
-                        lease left, the fencing counter and who waits
+                        lease left, the fencing counter and who waits; NAME
+                        is the full key a log line shows ("ns:sku:42"), or
+                        the name the code locks with -namespace ns
   list PATTERN          the locks whose names match the glob PATTERN (SCAN,
                         at most -limit of them), one line each
   force-unlock NAME     delete the Mutex or FairMutex NAME whoever holds it
@@ -172,6 +177,10 @@ func inspect(ctx context.Context, locks *lock.Client, name string, s settings, w
 		return writeJSON(w, report(in))
 	}
 	printInspection(w, in)
+	if !in.Held() && s.namespace != "" && strings.HasPrefix(name, s.namespace+":") {
+		// A full key pasted from a log, with the namespace given again.
+		fmt.Fprintf(w, "  (%s already starts with the namespace %q:\n  for that key, leave -namespace out)\n", name, s.namespace)
+	}
 	return nil
 }
 

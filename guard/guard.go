@@ -19,8 +19,12 @@
 // again.
 //
 // Both are configured per route with options or from one YAML file
-// (LoadPolicies, Guard.Policies). Every answer of the framework is JSON of
-// the form {"error": "<code>", ...}.
+// (LoadPolicies, Guard.Policies), and compose in any order: Lock, Idempotent
+// and Combining give a request the same answer and store the same record
+// whichever runs first. Every answer of the framework is JSON of the form
+// {"error": "<code>", ...}, from one table (the README's). A handler reports
+// a write refused as stale with AbortStale. WithNamespace puts one namespace
+// in front of every key a Guard writes.
 package guard
 
 import (

@@ -29,14 +29,16 @@ const (
 	// StepIdempotencyReplay: it answers with the stored response.
 	StepIdempotencyReplay
 	// StepIdempotencyFinish: it stores the handler's answer, or drops its
-	// claim so that a retry runs.
+	// claim so that a retry runs, once the request's answer is final: when
+	// the request's last guard step ends (a Lock or Combining around the
+	// Idempotent has judged the lock and committed the batch by then).
 	StepIdempotencyFinish
 	// StepHandler: the rest of the chain runs, holding the lock or the
 	// key. A Combining route reports StepLock once per batch, for the
 	// request that takes the lock, and StepHandler for every request's turn
 	// in a batch (its outcome is the handler's; the batch's commit comes
-	// after it). With two of the Guard's middlewares on one route (Idempotent,
-	// then Lock), the inner one's steps happen within the outer one's
+	// after it). With two of the Guard's middlewares on one route, in either
+	// order, the inner one's steps happen within the outer one's
 	// StepHandler; Policies composes both in one middleware, with one
 	// StepHandler around the handler.
 	StepHandler

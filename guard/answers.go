@@ -98,6 +98,20 @@ func abortError(c *gin.Context, err error) {
 	ginmw.AbortError(c, err)
 }
 
+// reject answers a request that cannot be guarded (a bad key field, body or
+// idempotency key).
+func (g *Guard) reject(c *gin.Context, method, routeName string, err error) {
+	g.metrics.rejected.WithLabelValues(method, routeName, rejectedLabel(err)).Inc()
+	switch a := errorAnswer(err); a {
+	case answerKeyMissing:
+		abort(c, a, 0)
+	case answerKeyInvalid:
+		abort(c, a, 0, ginmw.Extra("detail", err.Error()))
+	default:
+		abortError(c, err)
+	}
+}
+
 // errorAnswer returns the answer to a request refused with err, an error of
 // package ginmw or an idempotency key's.
 func errorAnswer(err error) *answer {

@@ -281,7 +281,8 @@ func (g *Guard) idempotentRequest(c *gin.Context, st *request, r *route, inner b
 	id := recordID(method, routeName, scope, key)
 	c.Set(idemKeyName, id)
 	c.Set(idemFPName, fp)
-	cl := &claim{g: g, ic: ic, id: id, recKey: g.recordPrefix + "{" + id + "}:r", fp: fp, method: method, route: routeName}
+	cl := &st.slot
+	*cl = claim{g: g, ic: ic, id: id, recKey: g.recordPrefix + "{" + id + "}:r", fp: fp, method: method, route: routeName}
 
 	// The key becomes the request's until its record is settled, or the
 	// request is answered (a replay, 409, 422, 503) and ok is false.

@@ -304,17 +304,3 @@ func (g *Guard) judge(c *gin.Context, st *request, ctx context.Context) {
 		abort(c, answerLockLost, 0)
 	}
 }
-
-// reject answers a request that cannot be guarded (a bad key field, body or
-// idempotency key).
-func (g *Guard) reject(c *gin.Context, method, routeName string, err error) {
-	g.metrics.rejected.WithLabelValues(method, routeName, rejectedLabel(err)).Inc()
-	switch a := errorAnswer(err); a {
-	case answerKeyMissing:
-		abort(c, a, 0)
-	case answerKeyInvalid:
-		abort(c, a, 0, ginmw.Extra("detail", err.Error()))
-	default:
-		abortError(c, err)
-	}
-}

@@ -38,6 +38,9 @@ type request struct {
 	batched      bool // a combining step runs the rest of the chain in a batch's turn
 
 	claim *claim // the request's idempotency claim; nil without one
+	// slot holds the claim an idempotency step builds, in the request's own
+	// allocation.
+	slot claim
 
 	// The lock the request holds (Key, RedisKey): its resolved name and the
 	// lock Client that took it.

@@ -191,8 +191,8 @@ func (s *Service) undecided(c *gin.Context, err error) bool {
 
 // refused reports whether err means that the backstop refused the
 // purchase's writes because the lock was lost or overtaken, counts it, and
-// hands it to the lock middleware, which answers 409 ("stale_write", or
-// "lock_lost" when the transaction could not even begin).
+// answers 409 with guard.AbortStale ("stale_write", or "lock_lost" when the
+// transaction could not even begin): an answer never stored for replay.
 func (s *Service) refused(c *gin.Context, ctx context.Context, err error) bool {
 	var se *fencing.StaleError
 	switch {
@@ -203,11 +203,7 @@ func (s *Service) refused(c *gin.Context, ctx context.Context, err error) bool {
 	default:
 		return false
 	}
-	_ = c.Error(err)
-	if s.guard == nil || guard.Key(c) == "" {
-		// No lock middleware to answer (cannot happen without a token).
-		ginmw.Abort(c, http.StatusConflict, "stale_write")
-	}
+	guard.AbortStale(c, err)
 	return true
 }
 

@@ -97,8 +97,10 @@ func Status(err error) int {
 	}
 }
 
-// code returns the "error" member AbortError writes for err.
-func code(err error) string {
+// Code returns the "error" member AbortError writes for err:
+// "body_too_large", "missing_field", "unsafe_value", "bad_body", or
+// "internal" for everything else.
+func Code(err error) string {
 	switch {
 	case errors.Is(err, ErrBodyTooLarge):
 		return "body_too_large"

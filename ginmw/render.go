@@ -127,15 +127,15 @@ func AbortError(c *gin.Context, err error) {
 	_ = c.Error(err)
 	status := Status(err)
 	if status != http.StatusBadRequest {
-		Abort(c, status, code(err))
+		Abort(c, status, Code(err))
 		return
 	}
 	var fe *FieldError
 	if errors.As(err, &fe) {
-		Abort(c, status, code(err), Extra("field", fe.Field.Name), Extra("detail", fe.Reason))
+		Abort(c, status, Code(err), Extra("field", fe.Field.Name), Extra("detail", fe.Reason))
 		return
 	}
-	Abort(c, status, code(err), Extra("detail", strings.TrimPrefix(err.Error(), "ginmw: ")))
+	Abort(c, status, Code(err), Extra("detail", strings.TrimPrefix(err.Error(), "ginmw: ")))
 }
 
 // appendJSONString appends s as a JSON string, escaping what JSON requires

@@ -84,14 +84,24 @@ func (b *Batches) End(ctx context.Context, commit bool) error {
 }
 
 // Tx returns the transaction of the batch that ctx, a request context on a
-// combining route, runs in, and false outside a batch. Its statements run in
-// the batch's context, which carries the lock's token and ends only with
-// the lock: a request whose client goes away during its turn cannot break
-// the transaction of the others. The handler checks its own request
-// context where it wants to stop early.
+// combining route, runs in, and false outside a batch. ctx may be the
+// request's context (c.Request.Context()) or, in the Gin idiom, the
+// *gin.Context itself: a context that does not carry the batch but a lock
+// context under fencing.ContextKey (which a *gin.Context answers from its
+// keys, whatever its ContextWithFallback) gives that context's batch. Its
+// statements run in the batch's context, which carries the lock's token and
+// ends only with the lock: a request whose client goes away during its turn
+// cannot break the transaction of the others. The handler checks its own
+// request context where it wants to stop early.
 func Tx(ctx context.Context) (*gorm.DB, bool) {
-	tx, ok := ctx.Value(batchKey{}).(*gorm.DB)
-	return tx, ok
+	if tx, ok := ctx.Value(batchKey{}).(*gorm.DB); ok {
+		return tx, true
+	}
+	if inner, ok := ctx.Value(fencing.ContextKey).(context.Context); ok && inner != nil {
+		tx, ok := inner.Value(batchKey{}).(*gorm.DB)
+		return tx, ok
+	}
+	return nil, false
 }
 
 var errNoBatch = errors.New("gormplugin: the context belongs to no batch (guard.Combining with gormplugin.Batch)")

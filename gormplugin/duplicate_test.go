@@ -90,3 +90,20 @@ func TestDuplicate_RawExecNamesTheIndex(t *testing.T) {
 		t.Fatalf("err = %v, want a duplicate of idx_products_sku", err)
 	}
 }
+
+// MariaDB prints the duplicate value unescaped: an idempotency key of the
+// client's choice such as "k' for key 'idx_user_sku" puts the words of
+// another index into the message. The index is read from the end of the
+// message, where client data cannot reach, so that a reused key is never
+// taken for "already ordered" (the reference service tells the two apart
+// by the index's name).
+func TestDuplicate_ClientDataCannotForgeTheIndexName(t *testing.T) {
+	t.Parallel()
+	db, _ := open(t)
+	forged := "k' for key 'idx_user_sku"
+	if err := db.Create(&Order{UserID: 1, SKU: "sku-1", IdemKey: forged}).Error; err != nil {
+		t.Fatal(err)
+	}
+	err := db.Create(&Order{UserID: 2, SKU: "sku-2", IdemKey: forged}).Error
+	wantDuplicate(t, err, "orders", "idx_idem_key", forged)
+}

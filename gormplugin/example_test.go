@@ -79,7 +79,7 @@ func Example() {
 	case err == nil:
 		fmt.Println("ordered")
 	case errors.Is(err, fencing.ErrStale):
-		fmt.Println("lock lost, nothing written:", err) // answer 409
+		fmt.Println("lock lost, nothing written:", err) // answer 409: guard.AbortStale(c, err) in a Gin handler
 	case errors.As(err, &dup) && dup.Index == "idx_user_sku":
 		fmt.Println("this user already bought this SKU")
 	case errors.As(err, &dup) && dup.Index == "idx_idem_key":

@@ -832,3 +832,61 @@ func TestCombine_FailOpenRunsARequestAloneInItsSessionWithoutTheLock(t *testing.
 		t.Errorf("%d commits, want the request's own", commits)
 	}
 }
+
+// The first request of a batch fails (a 4xx) after writing: with nothing
+// kept before it, its part is undone by ending the work uncommitted, not by
+// a savepoint, and the next request's part begins afresh; the batch's commit
+// keeps only the next request's order.
+func TestCombine_AFailedFirstPartIsUndone(t *testing.T) {
+	srv := testenv.Redis(t)
+	db := openCombDB(t)
+	lines := watchLines(t)
+	gate, started := make(chan struct{}), make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", g.Lock("undo:<sku>", guard.Combining(gormplugin.Batch(db)), guard.MaxBatchTime(time.Minute)), func(c *gin.Context) {
+			tx, _ := gormplugin.Tx(c)
+			user := c.GetHeader("X-User")
+			if err := tx.Create(&combOrder{User: user, SKU: c.Param("sku")}).Error; err != nil {
+				guard.AbortStale(c, err)
+				return
+			}
+			if user == "leader" {
+				close(started)
+				<-gate
+				c.JSON(http.StatusConflict, gin.H{"error": "changed_mind"}) // after its write
+				return
+			}
+			c.JSON(http.StatusCreated, gin.H{"user": user})
+		})
+	})
+	var wg sync.WaitGroup
+	answers := map[string]int{}
+	var mu sync.Mutex
+	send := func(user string) {
+		wg.Go(func() {
+			r := do(t, "POST", in.srv.URL+"/buy/undo", "", "X-User", user)
+			mu.Lock()
+			answers[user] = r.status
+			mu.Unlock()
+		})
+	}
+	send("leader")
+	<-started
+	send("follower")
+	lines.wait(t, "undo:undo", 1)
+	close(gate)
+	wg.Wait()
+	if answers["leader"] != http.StatusConflict || answers["follower"] != http.StatusCreated {
+		t.Fatalf("answers %v, want the leader's 409 and the follower's 201", answers)
+	}
+	if count, sum := histogram(t, in.g, "seckillguard_batch_size"); count != 1 || sum != 2 {
+		t.Fatalf("batch_size: %d batches, %v requests; want one batch of both", count, sum)
+	}
+	var users []string
+	if err := db.Model(&combOrder{}).Where("sku = 'undo'").Pluck("user", &users).Error; err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(users, []string{"follower"}) {
+		t.Errorf("orders of %v after the batch; want only the follower's: the failed first part must be undone", users)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 
+	"github.com/seckillguard/seckillguard/fencing"
 	"github.com/seckillguard/seckillguard/gormplugin"
 	"github.com/seckillguard/seckillguard/guard"
 )
@@ -51,11 +52,16 @@ func Example_combining() {
 	r.POST("/api/seckill/:sku", g.Lock("sku:<sku>", guard.Combining(gormplugin.Batch(db))), func(c *gin.Context) {
 		// The batch's transaction: fenced with the lock's token, committed
 		// once for the whole batch; this request's part began at a savepoint.
-		tx, _ := gormplugin.Tx(c.Request.Context())
+		tx, _ := gormplugin.Tx(c)
 		res := tx.Model(&shopItem{}).Where("sku = ? AND stock > 0", c.Param("sku")).Update("stock", gorm.Expr("stock - 1"))
 		switch {
+		case errors.Is(res.Error, fencing.ErrStale):
+			// The batch lost its lock: every request of it is answered 409,
+			// and none is stored for replay.
+			guard.AbortStale(c, res.Error)
+			return
 		case res.Error != nil:
-			_ = c.Error(res.Error) // stale: the batch lost its lock, every request is answered 409
+			_ = c.Error(res.Error)
 			c.AbortWithStatus(http.StatusInternalServerError)
 			return
 		case res.RowsAffected == 0:

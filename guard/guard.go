@@ -19,8 +19,12 @@
 // again.
 //
 // Both are configured per route with options or from one YAML file
-// (LoadPolicies, Guard.Policies). Every answer of the framework is JSON of
-// the form {"error": "<code>", ...}.
+// (LoadPolicies, Guard.Policies), and compose in any order: Lock, Idempotent
+// and Combining give a request the same answer and store the same record
+// whichever runs first. Every answer of the framework is JSON of the form
+// {"error": "<code>", ...}, from one table (the README's). A handler reports
+// a write refused as stale with AbortStale. WithNamespace puts one namespace
+// in front of every key a Guard writes.
 package guard
 
 import (
@@ -28,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
@@ -39,9 +44,9 @@ import (
 )
 
 // A Guard holds what the middleware of one service shares: the Redis
-// client, the lock Client (with its watchdog) and the metrics. Create one per
-// process with New, install it with SetDefault for the package-level
-// middleware, and Close it on shutdown.
+// client, the lock Client (with its watchdog), the namespace of every key it
+// writes and the metrics. Create one per process with New, install it with
+// SetDefault for the package-level middleware, and Close it on shutdown.
 type Guard struct {
 	rdb      redis.UniversalClient
 	locks    *lock.Client
@@ -51,12 +56,19 @@ type Guard struct {
 	defaults []RouteOption
 	metrics  *metrics
 	hook     StepHook // nil: none
+	// recordPrefix starts the Redis key of every idempotency record: the
+	// namespace applied by the lock Client's own Key, the one place it is
+	// applied.
+	recordPrefix string
 }
 
 // New returns a Guard on rdb (a single-node, Sentinel failover or Cluster
-// client). It does no I/O. New panics when rdb is nil (a Guard without Redis
-// is a mistake to find at boot) and with the error of an invalid
-// WithDefaults option.
+// client). It does no I/O: call Ping at boot to find a wrong address there
+// rather than in the first requests' answers. New panics when rdb is nil (a
+// Guard without Redis is a mistake to find at boot), with the error of an
+// invalid WithDefaults option, and on a namespace that WithNamespace
+// refuses or that differs from the lock.WithNamespace given to
+// WithLockOptions.
 func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 	if rdb == nil {
 		panic("guard: New needs a Redis client")
@@ -67,24 +79,52 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 			f(&o)
 		}
 	}
-	m := newMetrics()
-	// The Guard's lock events feed its Collector; a WithObserver among
-	// o.lockOpts is told of them too.
-	lockOpts := append([]lock.Option{lock.WithLogger(o.log), lock.WithObserver(m.locks.Observe)}, o.lockOpts...)
+	if o.nsSet && strings.ContainsAny(o.namespace, "{}") {
+		panic(fmt.Errorf("guard: WithNamespace(%q): a namespace may not contain \"{\" or \"}\" (they would move a lock's keys to another Cluster slot than its derived ones)", o.namespace))
+	}
+	m := newMetrics(o.lockMetrics)
+	// The Guard's lock events feed its lock metrics; a WithObserver among
+	// o.lockOpts is told of them too. The namespace comes first, so that a
+	// lock.WithNamespace among o.lockOpts shows through and a difference
+	// is found below.
+	lockOpts := []lock.Option{lock.WithLogger(o.log), lock.WithObserver(m.locks.Observe)}
+	if o.nsSet {
+		lockOpts = append(lockOpts, lock.WithNamespace(o.namespace))
+	}
+	locks := lock.New(rdb, append(lockOpts, o.lockOpts...)...)
+	if o.nsSet && locks.Namespace() != o.namespace {
+		panic(fmt.Errorf("guard: WithNamespace(%q) and lock.WithNamespace(%q) in WithLockOptions differ; set the namespace once", o.namespace, locks.Namespace()))
+	}
 	r := defaultRoute()
 	if applyOptions(&r, useBoth, o.defaults); len(r.errs) > 0 {
 		panic(fmt.Errorf("guard: WithDefaults: %w", errors.Join(r.errs...)))
 	}
 	return &Guard{
-		rdb:      rdb,
-		locks:    lock.New(rdb, lockOpts...),
-		keeper:   newKeeper(rdb, o.log),
-		log:      o.log,
-		render:   o.render,
-		defaults: o.defaults,
-		metrics:  m,
-		hook:     o.hook,
+		rdb:          rdb,
+		locks:        locks,
+		keeper:       newKeeper(rdb, o.log),
+		log:          o.log,
+		render:       o.render,
+		defaults:     o.defaults,
+		metrics:      m,
+		hook:         o.hook,
+		recordPrefix: locks.Key(recordPrefix),
 	}
+}
+
+// Namespace returns the namespace in front of every key the Guard writes
+// (WithNamespace, or lock.WithNamespace in WithLockOptions), "" for none.
+func (g *Guard) Namespace() string { return g.locks.Namespace() }
+
+// Ping checks that the Guard's Redis answers, for a service to call once at
+// boot: New does no I/O, so a wrong address or a server that is down would
+// otherwise show only in the answers of the first requests (503, after the
+// Redis client's dial retries). The error wraps the Redis client's.
+func (g *Guard) Ping(ctx context.Context) error {
+	if err := g.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("guard: Redis does not answer: %w", err)
+	}
+	return nil
 }
 
 // Locks returns the Guard's lock Client, for handlers that take further
@@ -130,22 +170,32 @@ func Idempotent(opts ...RouteOption) gin.HandlerFunc {
 
 // gin context keys of what the middleware publishes to handlers.
 const (
-	lockKeyName      = "seckillguard.lock.key"
-	idemKeyName      = "seckillguard.idempotency.record"
-	idemFPName       = "seckillguard.idempotency.fingerprint"
-	unrepeatableName = "seckillguard.lock.lost" // the lock was lost or a write was stale: do not replay the answer
-	frameworkName    = "seckillguard.answered"  // the framework answered, not the handler: store nothing
+	idemKeyName = "seckillguard.idempotency.record"
+	idemFPName  = "seckillguard.idempotency.fingerprint"
 )
 
-// answeredByFramework marks the request as answered by the framework itself
-// (busy, unavailable, the client gone, a key field refused, a body over the
-// limit), not by the handler: an idempotency step around it stores nothing
-// and releases the key at once, so that a retry runs.
-func answeredByFramework(c *gin.Context) { c.Set(frameworkName, true) }
-
 // Key returns the lock key the Lock middleware resolved for this request
-// (e.g. "sku:42"), or "" outside a guarded route.
-func Key(c *gin.Context) string { return c.GetString(lockKeyName) }
+// (e.g. "sku:42"), or "" outside a guarded route: the name as the route's
+// template made it, which a handler may pass back to the Guard's lock
+// Client (Locks) to re-enter the lock. RedisKey is the same key with the
+// Guard's namespace, as Redis, the logs and the inspector show it.
+func Key(c *gin.Context) string {
+	if st := stateOf(c); st != nil {
+		return st.lockKey
+	}
+	return ""
+}
+
+// RedisKey returns the Redis key of the request's lock: Key(c) with the
+// namespace of the Guard that took it ("ns:sku:42"), or "" outside a
+// guarded route. It is the key the Guard's log lines name and the one to
+// give "seckillguard inspect" (without -namespace).
+func RedisKey(c *gin.Context) string {
+	if st := stateOf(c); st != nil && st.lockKey != "" {
+		return st.locks.Key(st.lockKey)
+	}
+	return ""
+}
 
 // Token returns the fencing token of the innermost lock the request holds.
 func Token(c *gin.Context) (fencing.Token, bool) {
@@ -155,8 +205,29 @@ func Token(c *gin.Context) (fencing.Token, bool) {
 	return fencing.FromContext(c.Request.Context())
 }
 
+// AbortStale answers 409 for a handler whose write was refused as stale
+// (errors.Is(err, fencing.ErrStale)): {"error":"stale_write"}, or
+// {"error":"lock_lost"} when err says that the lock was lost (lock.ErrLost,
+// or the request's context was cancelled by the loss). It records err with
+// c.Error, and the answer is never stored by Idempotent, so a retry runs
+// again. On a Combining route the whole batch fails, as every stale write
+// makes it fail: each of its requests is answered 409. It is the way for a
+// handler to report that its work did not happen under its lock; a handler
+// that writes an answer of its own instead sends that answer as written.
+func AbortStale(c *gin.Context, err error) {
+	_ = c.Error(err)
+	if st := stateOf(c); st != nil {
+		st.unrepeatable = true
+	}
+	a := answerStaleWrite
+	if !errors.Is(err, fencing.ErrStale) && (errors.Is(err, lock.ErrLost) || c.Request != nil && Lost(c.Request.Context())) {
+		a = answerLockLost
+	}
+	abort(c, a, 0)
+}
+
 // Lost reports whether a lock the request held was lost while the handler
 // ran (its context was cancelled with cause lock.ErrLost).
 func Lost(ctx context.Context) bool {
-	return ctx.Err() != nil && isLost(context.Cause(ctx))
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), lock.ErrLost)
 }

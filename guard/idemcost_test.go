@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,5 +203,128 @@ func TestIdempotent_LostMarkerCancelsTheHandlerAndIsNotStored(t *testing.T) {
 	}
 	if r := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "lost"); r.status != 201 || r.header.Get(guard.ReplayedHeader) != "" || runs.Load() != 2 {
 		t.Fatalf("retry: %d %s (runs %d), want it to run", r.status, r.body, runs.Load())
+	}
+}
+
+// On a route that WaitForFirst, a request holds its key by a semaphore
+// permit, and its in-progress marker lives for the record's TTL: when the
+// permit is lost while the handler runs (here its key is deleted, as a
+// failover or an eviction would), the handler's context is cancelled, and
+// its answer, produced after the request lost its hold on the key, is not
+// stored although the marker is still its own; the retry runs.
+func TestIdempotent_AnAnswerAfterTheKeysPermitWasLostIsNotStored(t *testing.T) {
+	srv := testenv.Redis(t)
+	var runs atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	cause := make(chan error, 1)
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/pay", g.Idempotent(guard.Unscoped(), guard.WaitForFirst(time.Second)), func(c *gin.Context) {
+			if runs.Add(1) == 1 {
+				close(entered)
+				<-c.Request.Context().Done()
+				cause <- context.Cause(c.Request.Context())
+				<-release // it answers after the loss, not watching its context any more
+			}
+			c.JSON(http.StatusCreated, gin.H{"run": runs.Load()})
+		})
+	}, guard.WithLockOptions(lock.WithWatchdogTimeout(300*time.Millisecond)))
+	first := make(chan reply, 1)
+	go func() { first <- do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "permit") }()
+	<-entered
+	ctx := context.Background()
+	keys, err := in.rdb.Keys(ctx, "*seckillguard:idem:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marker string
+	for _, k := range keys {
+		if strings.HasSuffix(k, ":r") {
+			marker = k
+			continue
+		}
+		in.rdb.Del(ctx, k) // the permit's key, not the marker
+	}
+	if marker == "" {
+		t.Fatalf("no marker among %v", keys)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("the handler's context ended with %v, want lock.ErrLost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler's context was not cancelled after its permit was deleted")
+	}
+	if v, _ := in.rdb.Get(ctx, marker).Result(); !strings.HasPrefix(v, "p") {
+		t.Fatalf("the marker is %q; the test needs it in place (the permit alone lost)", v)
+	}
+	close(release)
+	if r := <-first; r.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	if v, _ := in.rdb.Get(ctx, marker).Result(); strings.HasPrefix(v, "c") {
+		t.Errorf("the answer given after the permit was lost was stored: %s", v)
+	}
+	if r := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "permit"); r.status != http.StatusCreated || r.header.Get(guard.ReplayedHeader) != "" || runs.Load() != 2 {
+		t.Errorf("retry: %d %s (replayed %q, runs %d); want it to run again", r.status, r.body, r.header.Get(guard.ReplayedHeader), runs.Load())
+	}
+}
+
+// A renewal of an in-progress marker renews only its own execution's
+// marker. Here the running request's marker is replaced meanwhile by
+// another execution's stored answer (the first execution stalled past its
+// lease, a second took the key over and finished): the first's next renewal
+// finds the key another's, cancels the first's context (it no longer holds
+// the key) and leaves the other's record alone, with its 24h TTL; a
+// renewal that renewed whatever was there would let the stalled execution
+// run on beside the other and cut the other's record down to the
+// in-progress lease, so that a later retry would run a third time.
+func TestIdempotent_ARenewalTouchesOnlyItsOwnMarker(t *testing.T) {
+	srv := testenv.Redis(t)
+	var runs atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	cause := make(chan error, 1)
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/pay", g.Idempotent(guard.Unscoped(), guard.InProgressLease(300*time.Millisecond)), func(c *gin.Context) {
+			if runs.Add(1) == 1 {
+				close(entered)
+				select {
+				case <-c.Request.Context().Done():
+					cause <- context.Cause(c.Request.Context())
+				case <-time.After(3 * time.Second):
+					cause <- nil
+				}
+				<-release
+			}
+			c.JSON(http.StatusCreated, gin.H{"run": runs.Load()})
+		})
+	})
+	first := make(chan reply, 1)
+	go func() { first <- do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "renew") }()
+	<-entered
+	ctx := context.Background()
+	recs := recordsIn(t, in)
+	if len(recs) != 1 {
+		t.Fatalf("records %v, want the running request's marker", recs)
+	}
+	var key, marker string
+	for key, marker = range recs {
+	}
+	fp, _, _ := strings.Cut(strings.TrimPrefix(marker, "p"), ":")
+	other := `c{"fp":"` + fp + `","status":201,"header":{"Content-Type":["application/json; charset=utf-8"]},"body":"eyJydW4iOiJvdGhlciJ9"}` // {"run":"other"}
+	if err := in.rdb.Set(ctx, key, other, 24*time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := <-cause
+	close(release)
+	<-first
+	if !errors.Is(err, lock.ErrLost) {
+		t.Errorf("the first execution's context after its key was taken over: cause %v, want lock.ErrLost", err)
+	}
+	if ttl, _ := in.rdb.PTTL(ctx, key).Result(); ttl < time.Hour {
+		t.Errorf("the other execution's record lives %v after the first's renewals, want its 24h", ttl)
+	}
+	if r := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", "renew"); r.header.Get(guard.ReplayedHeader) != "true" || string(r.body) != `{"run":"other"}` || runs.Load() != 1 {
+		t.Errorf("retry: %d %s (replayed %q, runs %d); want the other execution's answer replayed", r.status, r.body, r.header.Get(guard.ReplayedHeader), runs.Load())
 	}
 }

@@ -2,24 +2,14 @@ package guard
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/seckillguard/seckillguard/ginmw"
-	"github.com/seckillguard/seckillguard/lock"
 )
 
 // idemConfig is the idempotency part of a route's configuration.
@@ -120,7 +110,9 @@ func InProgressLease(d time.Duration) RouteOption {
 
 // WaitForFirst makes a request whose key is in progress wait up to d for the
 // first request and replay its answer, instead of being answered 409 at
-// once. Default 0: answer 409 with Retry-After.
+// once. A request inside a combining batch's turn (Combining outside
+// Idempotent) never waits: the batch would wait with it. Default 0: answer
+// 409 with Retry-After.
 func WaitForFirst(d time.Duration) RouteOption {
 	if d < 0 {
 		return invalid("WaitForFirst(%v): must not be negative", d)
@@ -168,23 +160,6 @@ func ReplayHeaders(names ...string) RouteOption {
 // ReplayedHeader marks a replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
-// recordPrefix starts the Redis keys of idempotency records and their
-// in-progress locks; the braces keep both in one Cluster slot.
-const recordPrefix = "seckillguard:idem:"
-
-var (
-	//go:embed scripts/idem_begin.lua
-	beginSource string
-	//go:embed scripts/idem_take.lua
-	takeSource string
-	//go:embed scripts/idem_finish.lua
-	finishSource string
-
-	beginScript  = redis.NewScript(beginSource)
-	takeScript   = redis.NewScript(takeSource)
-	finishScript = redis.NewScript(finishSource)
-)
-
 // Idempotent returns middleware that gives the rest of the chain one effect
 // per idempotency key and caller: the first request with a key runs the
 // handler and its answer (status, Content-Type and ReplayHeaders, body) is
@@ -192,6 +167,9 @@ var (
 // template, path parameters, query, media type and body, see Fingerprint)
 // gets that answer replayed, with the header Idempotent-Replayed: true, and
 // the handler does not run.
+//
+// The key is required by default: a request without one is answered 400
+// idempotency_key_missing (OptionalKey lets it through unguarded).
 //
 //	400 idempotency_key_missing   no key, and the key is required
 //	400 idempotency_key_invalid   malformed, empty, non-ASCII or over 255 bytes
@@ -207,13 +185,37 @@ var (
 // mark); a replay costs one.
 //
 // Only the handler's own answer is stored, and by default only a 2xx or 3xx
-// one. What the framework answered itself (a later Lock found the key busy
-// or Redis down, refused a key field or the body, or the client went away
-// while it waited) releases the key at once; so do a 4xx of the handler
-// (it says nothing happened; StoreClientErrors keeps them), a 5xx
-// (StoreServerErrors keeps them), a panic and a lost lock: the retry runs.
-// Every Idempotent route needs Scope or Unscoped; Idempotent panics at
-// registration otherwise.
+// one. What the framework answered itself (a Lock found the key busy or
+// Redis down, refused a key field or the body, or the client went away while
+// it waited) releases the key at once; so do a 4xx of the handler (it says
+// nothing happened; StoreClientErrors keeps them), a 5xx (StoreServerErrors
+// keeps them), a panic, a lost lock, a stale write and a combining batch
+// that did not commit: the retry runs. Every Idempotent route needs Scope or
+// Unscoped; Idempotent panics at registration otherwise.
+//
+// Order does not matter. Idempotent, Lock and Combining may be registered
+// in any order (router-level Use, per route, Policies): the record is
+// written once, by the guard step that finishes last, when the request's
+// final answer is known (after the lock step judged a lost lock or a stale
+// write, after a combining batch committed), so every order gives a request
+// the same answer and stores the same record. What a concurrent duplicate of
+// a running request gets meanwhile follows from which step it meets first:
+//
+//   - Idempotent outside the lock (Idempotent before Lock on the route, or
+//     router-level, or Policies): 409 request_in_progress at once, or with
+//     WaitForFirst a wait and the first answer replayed.
+//   - Lock outside Idempotent: the duplicate waits for the lock (up to
+//     Wait; 429 busy after it), and is then replayed the first answer, which
+//     is stored before the lock is released; or runs, if that answer is not
+//     stored.
+//   - Combining outside Idempotent: the duplicate waits in the key's line
+//     and, taken into the same batch, is answered 409 request_in_progress
+//     (inside a batch nobody waits for the first, WaitForFirst or not); in a
+//     later batch, the replay once the first batch's record is stored, or
+//     409 until then.
+//
+// Either way the handler runs at most once, and only an answer whose work
+// was done (its batch committed, its lock held to the end) is replayed.
 func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
 	return g.handler(g.idempotentStep(g.mustRoute(opts, useIdem), false))
 }
@@ -222,211 +224,85 @@ func (g *Guard) Idempotent(opts ...RouteOption) gin.HandlerFunc {
 // the step's next is another step of the Guard's (Policies' lock), which
 // reports StepHandler itself.
 func (g *Guard) idempotentStep(r route, inner bool) step {
-	ic := r.idem
-	mustf(ic.scope != nil || ic.unscoped,
+	mustf(r.idem.scope != nil || r.idem.unscoped,
 		"Idempotent needs guard.Scope(\"<ctx:user_id>\") (whose keys these are) or guard.Unscoped()")
 	return func(c *gin.Context, next func()) {
-		method, routeName := routeOf(c)
-		idem := g.metrics.idem
-		run := next // the rest of the chain, holding the key
-		if !inner && g.hook != nil {
-			run = func() { g.runHandler(c, next) }
-		}
-		key, ok, err := ic.key(c, r.bodyLimit)
-		if err != nil {
-			g.rejectIdem(c, method, routeName, err)
-			return
-		}
-		if !ok {
-			next() // no key, and none required
-			return
-		}
-		scope := ""
-		if ic.scope != nil {
-			if scope, err = ic.scope.Resolve(c, r.bodyLimit); err != nil {
-				g.reject(c, method, routeName, err)
-				return
-			}
-		}
-		body, err := ginmw.Body(c, r.bodyLimit)
-		if err != nil {
+		st := begin(c)
+		returned := false
+		defer func() { st.end(c, returned) }()
+		g.idempotentRequest(c, st, &r, inner, next)
+		returned = true
+	}
+}
+
+// idempotentRequest is the idempotency step of a request: it claims the
+// request's key (or answers: a replay, 409, 422, 400, 503) and runs the rest
+// of the chain holding it. The claim belongs to the request's state, and
+// the request's last step settles it (request.end), once the final answer
+// is known.
+func (g *Guard) idempotentRequest(c *gin.Context, st *request, r *route, inner bool, next func()) {
+	if st.claim != nil {
+		next() // another idempotency step of the request holds its key
+		return
+	}
+	ic := &r.idem
+	method, routeName := routeOf(c)
+	run := next // the rest of the chain, holding the key
+	if !inner && g.hook != nil {
+		run = func() { g.runHandler(c, next) }
+	}
+	key, ok, err := ic.key(c, r.bodyLimit)
+	if err != nil {
+		g.reject(c, method, routeName, err)
+		return
+	}
+	if !ok {
+		next() // no key, and none required
+		return
+	}
+	scope := ""
+	if ic.scope != nil {
+		if scope, err = ic.scope.Resolve(c, r.bodyLimit); err != nil {
 			g.reject(c, method, routeName, err)
 			return
 		}
-		fp, err := ic.fingerprint.sum(c, routeName, body)
-		if err != nil {
-			g.metrics.rejected.WithLabelValues(method, routeName, "bad_body").Inc()
-			ginmw.Abort(c, http.StatusBadRequest, "bad_body", ginmw.Extra("detail", err.Error()))
-			return
-		}
-		id := recordID(method, routeName, scope, key)
-		recKey := recordPrefix + "{" + id + "}:r"
-		c.Set(idemKeyName, id)
-		c.Set(idemFPName, fp)
-
-		// The key becomes this execution's for as long as ctx lasts, or
-		// the request is answered (a replay, 409, 422, 503) and ok is false.
-		bg, endBegin := g.step(c.Request.Context(), c, StepIdempotencyBegin, "")
-		take := g.beginIdem
-		if ic.waitForFirst > 0 {
-			take = g.beginIdemWaiting
-		}
-		ctx, marker, release, ok := take(c, r, bg, endBegin, recKey, fp, method, routeName, run)
-		if !ok {
-			return
-		}
-		defer release()
-		bctx := context.WithoutCancel(ctx)
-
-		idem.WithLabelValues(method, routeName, "executed").Inc()
-		rcd := ginmw.Record(c, ic.maxResponse)
-		orig := c.Request
-		c.Request = orig.WithContext(ctx)
-		done := false
-		defer func() {
-			c.Request = orig
-			if !done { // the handler panicked: a retry must run again
-				fctx, endFinish := g.step(bctx, c, StepIdempotencyFinish, "")
-				g.dropRecord(fctx, recKey, marker, routeName)
-				g.metrics.records.WithLabelValues(method, routeName, "dropped").Inc()
-				endFinish(StepResult{Outcome: OutcomeDropped})
-			}
-		}()
-		run()
-		done = true
-		g.finish(bctx, c, ctx, ic, rcd, recKey, marker, fp, method, routeName)
 	}
-}
-
-// beginIdem makes the key this execution's in one round trip (idem_begin.lua):
-// the marker it sets lasts for the route's InProgressLease, renewed by the
-// Guard's keeper while the handler runs, so that a dead instance frees the
-// key by itself. A key already completed is replayed, one in progress is
-// answered 409 (422 for another fingerprint), and ok is false. It ends the
-// request's StepIdempotencyBegin (endBegin); bg is that step's context.
-// release ends the renewal and the returned context.
-func (g *Guard) beginIdem(c *gin.Context, r route, bg context.Context, endBegin func(StepResult), recKey, fp, method, routeName string, run func()) (_ context.Context, marker string, release func(), ok bool) {
-	ic := r.idem
-	reqCtx := c.Request.Context()
-	marker = "p" + fp + ":" + nonce()
-	for attempt := 0; ; attempt++ {
-		sent := time.Now()
-		raw, err := beginScript.Run(bg, g.rdb, []string{recKey}, marker, ic.lease.Milliseconds()).Text()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
-			return nil, "", nil, false
-		}
-		if raw == "" {
-			ctx, cancel := context.WithCancelCause(reqCtx)
-			f := g.keeper.keep(reqCtx, recKey, marker, ic.lease, sent, cancel)
-			endBegin(StepResult{Outcome: OutcomeExecute})
-			return ctx, marker, func() { g.keeper.drop(f); cancel(nil) }, true
-		}
-		rec, markerFP, err := decodeRecord(raw)
-		switch {
-		case rec != nil:
-			endBegin(StepResult{Outcome: OutcomeReplay})
-			g.replay(c, rec, fp, method, routeName)
-			return nil, "", nil, false
-		case markerFP != "" && markerFP != fp:
-			endBegin(StepResult{Outcome: OutcomeMismatch})
-			g.metrics.idem.WithLabelValues(method, routeName, "mismatch").Inc()
-			ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
-			return nil, "", nil, false
-		case markerFP != "":
-			endBegin(StepResult{Outcome: OutcomeInProgress})
-			g.metrics.idem.WithLabelValues(method, routeName, "in_progress").Inc()
-			ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
-			return nil, "", nil, false
-		case attempt > 0:
-			g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
-			return nil, "", nil, false
-		}
-		// Unreadable: drop it (if it is still there) and take the key.
-		g.log.ErrorContext(reqCtx, "guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
-		g.dropRecord(context.WithoutCancel(bg), recKey, raw, routeName)
-	}
-}
-
-// beginIdemWaiting is beginIdem for a route that WaitForFirst: the key is
-// held by a semaphore permit of the Guard's lock Client, renewed by its
-// watchdog, and a request that finds it in progress waits for the permit
-// (woken when it is released) and then replays the answer stored
-// meanwhile. The context is the permit's; release frees the permit.
-func (g *Guard) beginIdemWaiting(c *gin.Context, r route, bg context.Context, endBegin func(StepResult), recKey, fp, method, routeName string, run func()) (_ context.Context, marker string, release func(), ok bool) {
-	ic := r.idem
-	idem := g.metrics.idem
-	// One round trip for a replay.
-	raw, err := g.rdb.Get(bg, recKey).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		g.idemUnavailable(c, r, method, routeName, err, endBegin, 0, run)
-		return nil, "", nil, false
-	}
-	rec, markerFP, err := decodeRecord(raw)
+	body, err := ginmw.Body(c, r.bodyLimit)
 	if err != nil {
-		g.log.ErrorContext(c.Request.Context(), "guard: unreadable idempotency record; running the request again", "route", routeName, "err", err)
+		g.reject(c, method, routeName, err)
+		return
 	}
-	if rec != nil {
-		endBegin(StepResult{Outcome: OutcomeReplay})
-		g.replay(c, rec, fp, method, routeName)
-		return nil, "", nil, false
+	fp, err := ic.fingerprint.sum(c, routeName, body)
+	if err != nil {
+		g.metrics.rejected.WithLabelValues(method, routeName, answerBadBody.code).Inc()
+		abort(c, answerBadBody, r.retryAfter, ginmw.Extra("detail", err.Error()))
+		return
 	}
+	id := recordID(method, routeName, scope, key)
+	c.Set(idemKeyName, id)
+	c.Set(idemFPName, fp)
+	cl := &st.slot
+	*cl = claim{g: g, ic: ic, id: id, recKey: g.recordPrefix + "{" + id + "}:r", fp: fp, method: method, route: routeName}
 
-	wait := ic.waitForFirst
-	if markerFP != "" && markerFP != fp {
-		wait = 0 // a different request: no point waiting for it
+	// The key becomes the request's until its record is settled, or the
+	// request is answered (a replay, 409, 422, 503) and ok is false.
+	bg, endBegin := g.step(c.Request.Context(), c, StepIdempotencyBegin, "")
+	var ctx context.Context
+	if ic.waitForFirst > 0 {
+		ctx, ok = g.claimWaiting(c, st, r, cl, bg, endBegin, run)
+	} else {
+		ctx, ok = g.claimKey(c, st, r, cl, bg, endBegin, run)
 	}
-	// A permit, not a Mutex: it issues no fencing token (the handler's
-	// writes keep the token of the lock that protects them, if any) and
-	// leaves no token counter behind.
-	sem := g.locks.Semaphore(strings.TrimSuffix(recKey, ":r"), 1)
-	claimed := time.Now()
-	ctx, err := sem.TryAcquire(c.Request.Context(), wait)
-	waited := time.Since(claimed)
-	switch {
-	case err != nil && c.Request.Context().Err() != nil:
-		endBegin(StepResult{Outcome: OutcomeCancelled, Wait: waited, Err: err})
-		c.AbortWithStatus(StatusClientClosedRequest)
-		return nil, "", nil, false
-	case errors.Is(err, lock.ErrNotAcquired):
-		if markerFP != "" && markerFP != fp {
-			endBegin(StepResult{Outcome: OutcomeMismatch, Wait: waited, Err: err})
-			idem.WithLabelValues(method, routeName, "mismatch").Inc()
-			ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
-			return nil, "", nil, false
-		}
-		endBegin(StepResult{Outcome: OutcomeInProgress, Wait: waited, Err: err})
-		idem.WithLabelValues(method, routeName, "in_progress").Inc()
-		ginmw.Abort(c, http.StatusConflict, "request_in_progress", ginmw.RetryAfter(r.retryAfter))
-		return nil, "", nil, false
-	case err != nil:
-		g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
-		return nil, "", nil, false
+	if !ok {
+		return
 	}
-	release = func() {
-		if uerr := sem.Release(ctx); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
-			g.log.ErrorContext(c.Request.Context(), "guard: releasing an idempotency key failed; it frees itself with its lease", "route", routeName, "err", uerr)
-		}
-	}
-
-	marker = "p" + fp + ":" + nonce()
-	res, err := takeScript.Run(context.WithoutCancel(bg), g.rdb, []string{recKey}, marker, ic.ttl.Milliseconds()).Text()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		release()
-		g.idemUnavailable(c, r, method, routeName, err, endBegin, waited, run)
-		return nil, "", nil, false
-	}
-	if res != "" {
-		// Completed while this request waited for the key.
-		if rec, _, err := decodeRecord(res); err == nil && rec != nil {
-			release()
-			endBegin(StepResult{Outcome: OutcomeReplay, Wait: waited})
-			g.replay(c, rec, fp, method, routeName)
-			return nil, "", nil, false
-		}
-	}
-	endBegin(StepResult{Outcome: OutcomeExecute, Wait: waited})
-	return ctx, marker, release, true
+	cl.rcd = ginmw.Record(c, ic.maxResponse)
+	st.claim = cl
+	g.metrics.idem.WithLabelValues(method, routeName, "executed").Inc()
+	orig := c.Request
+	c.Request = orig.WithContext(ctx)
+	defer func() { c.Request = orig }()
+	run()
 }
 
 // key returns the request's idempotency key; ok is false when there is none
@@ -451,163 +327,6 @@ func (ic *idemConfig) key(c *gin.Context, bodyLimit int64) (key string, ok bool,
 }
 
 var errMissingKey = fmt.Errorf("%w: missing", errIdemKey)
-
-// rejectIdem answers a request whose idempotency key is missing or bad.
-func (g *Guard) rejectIdem(c *gin.Context, method, routeName string, err error) {
-	if !errors.Is(err, errIdemKey) {
-		g.reject(c, method, routeName, err)
-		return
-	}
-	g.metrics.rejected.WithLabelValues(method, routeName, "idempotency_key").Inc()
-	if errors.Is(err, errMissingKey) {
-		ginmw.Abort(c, http.StatusBadRequest, "idempotency_key_missing")
-		return
-	}
-	ginmw.Abort(c, http.StatusBadRequest, "idempotency_key_invalid", ginmw.Extra("detail", err.Error()))
-}
-
-// idemUnavailable answers a request whose record or key Redis did not
-// give; endBegin ends its StepIdempotencyBegin, which waited wait for the key.
-func (g *Guard) idemUnavailable(c *gin.Context, r route, method, routeName string, err error, endBegin func(StepResult), wait time.Duration, next func()) {
-	res := StepResult{Wait: wait, Err: err}
-	if c.Request.Context().Err() != nil {
-		// The client went away during the call: Redis is not to blame.
-		res.Outcome = OutcomeCancelled
-		endBegin(res)
-		c.AbortWithStatus(StatusClientClosedRequest)
-		return
-	}
-	if r.failOpen {
-		res.Outcome = OutcomeFailOpen
-		endBegin(res)
-		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
-		g.log.WarnContext(c.Request.Context(), "guard: idempotency unavailable; the route fails open and runs unguarded", "route", routeName, "err", err)
-		next()
-		return
-	}
-	res.Outcome = OutcomeUnavailable
-	endBegin(res)
-	g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
-	g.log.ErrorContext(c.Request.Context(), "guard: idempotency unavailable", "route", routeName, "err", err)
-	_ = c.Error(err)
-	ginmw.Abort(c, http.StatusServiceUnavailable, "idempotency_unavailable", ginmw.RetryAfter(r.retryAfter))
-}
-
-// replay answers with a stored response, or 422 when it was stored for a
-// different request.
-func (g *Guard) replay(c *gin.Context, rec *record, fp, method, routeName string) {
-	_, end := g.step(c.Request.Context(), c, StepIdempotencyReplay, "")
-	if rec.Fingerprint != fp {
-		g.metrics.idem.WithLabelValues(method, routeName, "mismatch").Inc()
-		ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
-		end(StepResult{Outcome: OutcomeMismatch, Status: http.StatusUnprocessableEntity})
-		return
-	}
-	defer func() { end(StepResult{Outcome: OutcomeReplayed, Status: c.Writer.Status()}) }()
-	g.metrics.idem.WithLabelValues(method, routeName, "replayed").Inc()
-	resp := rec.response()
-	if resp.Header == nil {
-		resp.Header = http.Header{}
-	}
-	resp.Header.Set(ReplayedHeader, "true")
-	ginmw.Replay(c, resp)
-}
-
-// finish stores the handler's answer, or drops the in-progress marker when
-// the answer must not be replayed: one the framework gave itself (a later
-// step refused the request, found the lock busy or Redis down, or the
-// client went away while it waited), a transient status, or a request whose
-// lock was lost, whose write was refused as stale, or whose own permit for
-// the key ran out (a newer execution may have the key by now). Either is
-// done only while the marker is still this execution's.
-func (g *Guard) finish(ctx context.Context, c *gin.Context, held context.Context, ic idemConfig, rcd *ginmw.Recorder, recKey, marker, fp, method, routeName string) {
-	ctx, endStep := g.step(ctx, c, StepIdempotencyFinish, "")
-	res := StepResult{Outcome: OutcomeStored}
-	defer func() { endStep(res) }()
-	idem := g.metrics.records
-	resp, err := rcd.Response(ic.replayHeaders...)
-	if err != nil {
-		res = StepResult{Outcome: OutcomeNotStored, Err: err}
-		g.log.WarnContext(ctx, "guard: response not stored for idempotent replay; a retry runs the request again",
-			"route", routeName, "reason", err)
-		g.dropRecord(ctx, recKey, marker, routeName)
-		idem.WithLabelValues(method, routeName, "not_stored").Inc()
-		return
-	}
-	if c.GetBool(frameworkName) || !storable(resp.Status, ic) || c.GetBool(unrepeatableName) || Lost(held) {
-		res.Outcome = OutcomeDropped
-		g.dropRecord(ctx, recKey, marker, routeName)
-		idem.WithLabelValues(method, routeName, "dropped").Inc()
-		return
-	}
-	data, err := encodeRecord(fp, resp)
-	var stored int64
-	if err == nil {
-		stored, err = finishScript.Run(ctx, g.rdb, []string{recKey}, marker, data, ic.ttl.Milliseconds()).Int64()
-	}
-	switch {
-	case err != nil:
-		res = StepResult{Outcome: OutcomeNotStored, Err: err}
-		g.log.ErrorContext(ctx, "guard: storing an idempotent response failed; a retry runs the request again", "route", routeName, "err", err)
-		g.dropRecord(ctx, recKey, marker, routeName)
-		idem.WithLabelValues(method, routeName, "not_stored").Inc()
-	case stored == 0:
-		res.Outcome = OutcomeNotStored
-		g.log.WarnContext(ctx, "guard: response not stored: a newer execution took the idempotency key", "route", routeName)
-		idem.WithLabelValues(method, routeName, "not_stored").Inc()
-	default:
-		idem.WithLabelValues(method, routeName, "stored").Inc()
-	}
-}
-
-// storable reports whether the handler's answer with status is replayed to
-// retries: a 2xx or 3xx always; a 4xx only where the route keeps them (it
-// says nothing happened, and a retry may succeed), never one that asks the
-// client to try again; a 5xx only where the route keeps them.
-func storable(status int, ic idemConfig) bool {
-	switch {
-	case status == 0:
-		return true
-	case status >= 500:
-		return ic.storeServerErrors
-	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests,
-		status == StatusClientClosedRequest:
-		return false
-	case status >= 400:
-		return ic.storeClientErrors
-	}
-	return status >= 200
-}
-
-// dropRecord removes this execution's in-progress marker, so that a retry
-// runs the request again.
-func (g *Guard) dropRecord(ctx context.Context, recKey, marker, routeName string) {
-	if err := finishScript.Run(ctx, g.rdb, []string{recKey}, marker, "", 0).Err(); err != nil {
-		g.log.WarnContext(ctx, "guard: dropping an in-progress idempotency marker failed; it expires with the record TTL",
-			"route", routeName, "err", err)
-	}
-}
-
-// nonce returns a random string that tells one execution's in-progress
-// marker from another's.
-func nonce() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// recordID names the record of a key: a hash of the method, the route, the
-// caller's scope and the key, so that keys of any content give short, safe
-// Redis keys and one caller's key can never address another's record.
-func recordID(method, routeName, scope, key string) string {
-	h := sha256.New()
-	for _, s := range []string{method, routeName, scope, key} {
-		io.WriteString(h, strconv.Itoa(len(s)))
-		h.Write([]byte{':'})
-		io.WriteString(h, s)
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
-}
 
 // IdempotencyRecord returns the id of the request's idempotency record: a
 // short hash of method, route, caller and key, but not of the rest of the
@@ -640,45 +359,5 @@ func IdempotencyFingerprint(c *gin.Context) (string, bool) {
 // by a request of another identity (see IdempotencyFingerprint). The answer
 // is not stored: the key's record stays free for the request it belongs to.
 func AbortKeyReused(c *gin.Context) {
-	answeredByFramework(c)
-	ginmw.Abort(c, http.StatusUnprocessableEntity, "idempotency_key_reused")
-}
-
-// record is a completed idempotent response as stored in Redis.
-type record struct {
-	Fingerprint string      `json:"fp"`
-	Status      int         `json:"status"`
-	Header      http.Header `json:"header,omitempty"`
-	Body        []byte      `json:"body,omitempty"`
-}
-
-func (r *record) response() ginmw.Response {
-	return ginmw.Response{Status: r.Status, Header: r.Header.Clone(), Body: r.Body}
-}
-
-func encodeRecord(fp string, resp ginmw.Response) (string, error) {
-	data, err := json.Marshal(record{Fingerprint: fp, Status: resp.Status, Header: resp.Header, Body: resp.Body})
-	if err != nil {
-		return "", err
-	}
-	return "c" + string(data), nil
-}
-
-// decodeRecord reads a stored value: a completed record, or the fingerprint
-// of an in-progress marker.
-func decodeRecord(raw string) (rec *record, markerFP string, err error) {
-	switch {
-	case raw == "":
-		return nil, "", nil
-	case raw[0] == 'p':
-		fp, _, _ := strings.Cut(raw[1:], ":") // "p" fingerprint ":" nonce
-		return nil, fp, nil
-	case raw[0] == 'c':
-		rec = new(record)
-		if err := json.Unmarshal([]byte(raw[1:]), rec); err != nil {
-			return nil, "", fmt.Errorf("guard: idempotency record: %w", err)
-		}
-		return rec, "", nil
-	}
-	return nil, "", fmt.Errorf("guard: idempotency record of unknown kind %q", raw[:1])
+	abort(c, answerKeyReused, 0)
 }

@@ -17,26 +17,6 @@ import (
 	"github.com/seckillguard/seckillguard/lock"
 )
 
-// StatusClientClosedRequest is the status recorded for a request whose
-// client went away while it waited (nginx's 499); nobody receives it.
-const StatusClientClosedRequest = 499
-
-// A step is one middleware, written so that steps compose inside a single
-// gin handler (a policy may run idempotency, then the lock, then the route).
-type step func(c *gin.Context, next func())
-
-// handler turns s into a gin middleware that answers through g's
-// Renderer.
-func (g *Guard) handler(s step) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		g.metrics.touch(routeOf(c))
-		if g.render != nil {
-			ginmw.SetRenderer(c, g.render)
-		}
-		s(c, c.Next)
-	}
-}
-
 // Lock returns middleware that holds the distributed lock named by template
 // around the rest of the chain. template is literal text with <field>
 // placeholders filled from the request ("sku:<id>", "order:<ctx:user_id>");
@@ -59,13 +39,14 @@ func (g *Guard) handler(s step) gin.HandlerFunc {
 // BodyLimit, within BodyTimeout), so that the handler reads it from memory
 // and a client sending it slowly never holds the lock.
 //
-// Answers (all JSON {"error": ...}):
+// Answers (all JSON {"error": ...}; the README's table lists every answer
+// of the framework):
 //
 //	400 a key field is missing or unsafe       413 the body is over BodyLimit
 //	408 the body did not arrive in BodyTimeout 500 the template does not fit the route
 //	429 the key stayed locked for the wait     503 Redis is unreachable (unless FailOpen)
 //	409 the handler's write was refused as stale ("stale_write") or the lock was
-//	    lost while it ran ("lock_lost"), if the handler wrote no answer itself
+//	    lost while it ran ("lock_lost")
 //
 // The handler runs with the lock's context as its request context: pass
 // it to the database (db.WithContext(c.Request.Context()), or the Gin idiom
@@ -74,9 +55,21 @@ func (g *Guard) handler(s step) gin.HandlerFunc {
 // token is found whatever the engine's ContextWithFallback: Lock publishes
 // its context under fencing.ContextKey, which gormplugin looks up; only
 // with ContextWithFallback set, or with c.Request.Context(), does the
-// database driver also abandon a query when the lock is lost. The lock is released when the handler returns or panics. A handler
-// that reports an error with c.Error(err) where errors.Is(err,
-// fencing.ErrStale) is answered 409.
+// database driver also abandon a query when the lock is lost. The lock is
+// released when the handler returns or panics.
+//
+// A handler whose write was refused as stale, or that finds its lock lost,
+// reports it with AbortStale(c, err): the answer is 409 "stale_write" (or
+// "lock_lost") and it is never stored by Idempotent, so a retry runs. A
+// handler that only records the error (c.Error(err), errors.Is(err,
+// fencing.ErrStale)) and writes nothing is answered the same; one that
+// writes an answer of its own instead (a 5xx, say) sends it as written,
+// since answers are not held back to be rewritten, and that answer is not
+// stored either.
+//
+// Lock composes with Idempotent and Combining in any order (router-level
+// Use, per route, Policies): every order gives a request the same answer
+// and stores the same record (see Idempotent).
 func (g *Guard) Lock(template string, opts ...RouteOption) gin.HandlerFunc {
 	return g.handler(g.lockStep(ginmw.MustParseTemplate(template), g.mustRoute(opts, useLock)))
 }
@@ -91,83 +84,92 @@ func (g *Guard) lockStep(tmpl *ginmw.Template, r route) step {
 	}
 	fits := &routeFits{tmpl: tmpl, log: g.log}
 	return func(c *gin.Context, next func()) {
-		key, ok := g.prepareLock(c, fits, tmpl, r, next)
-		if !ok {
+		if !fits.applies(c, &r) {
+			next()
 			return
 		}
-		method, routeName := routeOf(c)
-		m := g.locks.Mutex(key)
-		reqCtx := c.Request.Context()
-		_, endStep := g.step(reqCtx, c, StepLock, key)
-		start := time.Now()
-		ctx, err := m.TryLock(reqCtx, r.wait, lockOpts...)
-		if err != nil {
-			g.lockFailed(c, r, method, routeName, key, err, time.Since(start), endStep, next)
-			return
-		}
-		heldAt := time.Now()
-		tok, _ := fencing.FromContext(ctx)
-		endStep(StepResult{Outcome: OutcomeAcquired, Wait: heldAt.Sub(start), Token: tok})
-		g.metrics.acquired.WithLabelValues(method, routeName).Inc()
-		g.metrics.wait.WithLabelValues(method, routeName).Observe(heldAt.Sub(start).Seconds())
-
-		orig := c.Request
-		c.Request = orig.WithContext(ctx)
-		c.Set(lockKeyName, key)
-		// db.WithContext(c) with the *gin.Context itself finds the token
-		// there, whatever the engine's ContextWithFallback.
-		prevHolder, hadHolder := c.Get(fencing.ContextKey)
-		c.Set(fencing.ContextKey, ctx)
-		defer func() {
-			// Runs when the handler returns and when it panics.
-			if hadHolder {
-				c.Set(fencing.ContextKey, prevHolder)
-			} else {
-				c.Delete(fencing.ContextKey)
-			}
-			c.Request = orig
-			held := time.Since(heldAt)
-			uerr := m.Unlock(ctx)
-			g.metrics.hold.WithLabelValues(method, routeName).Observe(held.Seconds())
-			switch {
-			case Lost(ctx) || errors.Is(uerr, lock.ErrLost):
-				g.metrics.lost.WithLabelValues(method, routeName).Inc()
-				g.log.WarnContext(reqCtx, "guard: lock lost while the handler ran; its fenced writes were refused",
-					"route", routeName, "key", key, "held", held, "cause", context.Cause(ctx))
-			case uerr != nil:
-				g.log.ErrorContext(reqCtx, "guard: unlock failed; it is retried in the background until the lock's lease ends", "route", routeName, "key", key, "err", uerr)
-			}
-			if held > r.longHold {
-				g.log.WarnContext(reqCtx, "guard: lock held longer than the threshold; keep remote calls out of the critical section",
-					"route", routeName, "key", key, "held", held, "threshold", r.longHold)
-			}
-		}()
-		g.runHandler(c, next)
-		g.afterHandler(c, ctx, method, routeName)
+		st := begin(c)
+		g.lockRequest(c, st, tmpl, &r, lockOpts, next)
 	}
 }
 
-// prepareLock does what comes before the lock: it decides whether the
-// route is the template's, reads the body and resolves the key. ok is false
-// when the request was answered (or passed through untouched).
-func (g *Guard) prepareLock(c *gin.Context, fits *routeFits, tmpl *ginmw.Template, r route, next func()) (key string, ok bool) {
-	switch fit, err := fits.of(c.Request.Context(), c.FullPath()); fit {
+// lockRequest is the lock step of a request on a route its template
+// applies to: it reads the body, resolves the key, holds the lock around
+// the rest of the chain and judges what the handler did under it. It ends
+// the step (st.end) before it lets the lock go, so that when it is the
+// request's last step the idempotency record is settled while the lock is
+// still held: a duplicate that waits for the lock then finds it stored.
+func (g *Guard) lockRequest(c *gin.Context, st *request, tmpl *ginmw.Template, r *route, lockOpts []lock.LockOption, next func()) {
+	returned := false
+	var h hold
+	held := false
+	defer func() {
+		// Runs when the handler returns and when it panics.
+		st.end(c, returned)
+		if held {
+			h.release()
+		}
+	}()
+	key, ok := g.prepareLock(c, tmpl, r)
+	if !ok {
+		returned = true
+		return
+	}
+	reqCtx := c.Request.Context()
+	h, held = g.takeLock(c, r, key, false, func(mu *lock.Mutex) (context.Context, error) {
+		return mu.TryLock(reqCtx, r.wait, lockOpts...)
+	}, func() { g.runHandler(c, next) })
+	if !held {
+		returned = true
+		return
+	}
+	orig := c.Request
+	c.Request = orig.WithContext(h.ctx)
+	st.lockKey, st.locks = key, g.locks
+	// db.WithContext(c) with the *gin.Context itself finds the token
+	// there, whatever the engine's ContextWithFallback.
+	prevHolder, hadHolder := c.Get(fencing.ContextKey)
+	c.Set(fencing.ContextKey, h.ctx)
+	defer func() {
+		if hadHolder {
+			c.Set(fencing.ContextKey, prevHolder)
+		} else {
+			c.Delete(fencing.ContextKey)
+		}
+		c.Request = orig
+	}()
+	g.runHandler(c, next)
+	g.judge(c, st, h.ctx)
+	returned = true
+}
+
+// applies decides whether the route of c is the template's: a route it
+// passes untouched returns false; a route it does not fit is answered 500
+// lock_route_mismatch (a mistake in the code that registered it) and
+// returns false too.
+func (f *routeFits) applies(c *gin.Context, r *route) bool {
+	switch fit, err := f.of(c.Request.Context(), c.FullPath()); fit {
 	case fitPass:
-		next()
-		return "", false
+		return false
 	case fitMismatch:
 		_ = c.Error(err)
-		ginmw.Abort(c, http.StatusInternalServerError, "lock_route_mismatch")
-		return "", false
+		abort(c, answerRouteMismatch, r.retryAfter)
+		return false
 	}
+	return true
+}
+
+// prepareLock does what comes before the lock: it reads the body and
+// resolves the key. ok is false when the request was answered.
+func (g *Guard) prepareLock(c *gin.Context, tmpl *ginmw.Template, r *route) (key string, ok bool) {
 	method, routeName := routeOf(c)
 	// The whole body is read before the lock is taken: a client that
 	// sends it slowly must not hold the lock while the handler waits.
 	if err := readBody(c, r); err != nil {
 		if errors.Is(err, ErrBodyTimeout) {
-			g.metrics.rejected.WithLabelValues(method, routeName, "body_timeout").Inc()
+			g.metrics.rejected.WithLabelValues(method, routeName, answerBodyTimeout.code).Inc()
 			_ = c.Error(err)
-			ginmw.Abort(c, http.StatusRequestTimeout, "body_timeout")
+			abort(c, answerBodyTimeout, r.retryAfter)
 			return "", false
 		}
 		g.reject(c, method, routeName, err)
@@ -260,7 +262,7 @@ func (f *routeFits) of(ctx context.Context, route string) (routeFit, error) {
 // readBody reads the request body whole, up to the route's BodyLimit and
 // within its BodyTimeout (a read deadline on the connection, where the
 // ResponseWriter offers one), so that the handler reads it from memory.
-func readBody(c *gin.Context, r route) error {
+func readBody(c *gin.Context, r *route) error {
 	if body := c.Request.Body; body == nil || body == http.NoBody {
 		return nil
 	}
@@ -278,102 +280,27 @@ func readBody(c *gin.Context, r route) error {
 	return err
 }
 
-// lockFailed answers a request whose lock was not acquired.
-// endStep ends its StepLock, which took wait.
-func (g *Guard) lockFailed(c *gin.Context, r route, method, routeName, key string, err error, wait time.Duration, endStep func(StepResult), next func()) {
-	res := StepResult{Wait: wait, Err: err}
-	switch {
-	case c.Request.Context().Err() != nil:
-		// The client gave up while waiting; nobody reads this answer.
-		res.Outcome = OutcomeCancelled
-		endStep(res)
-		answeredByFramework(c)
-		c.AbortWithStatus(StatusClientClosedRequest)
-	case errors.Is(err, lock.ErrNotAcquired):
-		res.Outcome = OutcomeBusy
-		endStep(res)
-		answeredByFramework(c)
-		g.metrics.busy.WithLabelValues(method, routeName).Inc()
-		ginmw.Abort(c, r.busyStatus, r.busyCode, ginmw.RetryAfter(r.retryAfter))
-	case errors.Is(err, lock.ErrInvalid):
-		res.Outcome = OutcomeInvalid
-		endStep(res)
-		answeredByFramework(c)
-		g.log.ErrorContext(c.Request.Context(), "guard: the lock refused the request's key or the Guard's configuration", "route", routeName, "key", key, "err", err)
-		ginmw.AbortError(c, err)
-	case r.failOpen:
-		res.Outcome = OutcomeFailOpen
-		endStep(res)
-		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
-		g.log.WarnContext(c.Request.Context(), "guard: lock unavailable; the route fails open and runs unprotected", "route", routeName, "key", key, "err", err)
-		g.runHandler(c, next)
-	default:
-		res.Outcome = OutcomeUnavailable
-		endStep(res)
-		answeredByFramework(c)
-		g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()
-		g.log.ErrorContext(c.Request.Context(), "guard: lock unavailable", "route", routeName, "key", key, "err", err)
-		_ = c.Error(err)
-		ginmw.Abort(c, http.StatusServiceUnavailable, "lock_unavailable", ginmw.RetryAfter(r.retryAfter))
-	}
-}
-
-// afterHandler answers 409 for a handler that hit a stale write or lost its
-// lock and wrote nothing itself, and counts stale writes.
-func (g *Guard) afterHandler(c *gin.Context, ctx context.Context, method, routeName string) {
+// judge decides, once the handler returned, what the request's answer
+// means: a handler that hit a stale write or lost its lock did not do its
+// work as the client asked, so its answer is never stored; one that wrote
+// nothing itself is answered 409. It counts stale writes.
+func (g *Guard) judge(c *gin.Context, st *request, ctx context.Context) {
 	stale := staleError(c) != nil
 	if stale {
+		method, routeName := routeOf(c)
 		g.metrics.stale.WithLabelValues(method, routeName).Inc()
 	}
-	if stale || Lost(ctx) {
-		// Whatever the answer, the work did not happen as the client asked:
-		// an idempotency record must not make a retry replay it.
-		c.Set(unrepeatableName, true)
+	lost := Lost(ctx)
+	if stale || lost {
+		st.unrepeatable = true
 	}
 	if c.Writer.Written() {
 		return
 	}
 	switch {
 	case stale:
-		ginmw.Abort(c, http.StatusConflict, "stale_write")
-	case Lost(ctx):
-		ginmw.Abort(c, http.StatusConflict, "lock_lost")
+		abort(c, answerStaleWrite, 0)
+	case lost:
+		abort(c, answerLockLost, 0)
 	}
 }
-
-// staleError returns the first error the handler reported with c.Error that
-// matches fencing.ErrStale, or nil.
-func staleError(c *gin.Context) error {
-	for _, e := range c.Errors {
-		if errors.Is(e.Err, fencing.ErrStale) {
-			return e.Err
-		}
-	}
-	return nil
-}
-
-// reject answers a request that cannot be guarded (bad key field, body).
-func (g *Guard) reject(c *gin.Context, method, routeName string, err error) {
-	answeredByFramework(c)
-	g.metrics.rejected.WithLabelValues(method, routeName, errorCode(err)).Inc()
-	ginmw.AbortError(c, err)
-}
-
-// errorCode names err for the rejected_total metric.
-func errorCode(err error) string {
-	switch {
-	case errors.Is(err, ginmw.ErrBodyTooLarge):
-		return "body_too_large"
-	case errors.Is(err, ginmw.ErrMissingField):
-		return "missing_field"
-	case errors.Is(err, ginmw.ErrUnsafeValue):
-		return "unsafe_value"
-	case errors.Is(err, ginmw.ErrBadBody):
-		return "bad_body"
-	case errors.Is(err, errIdemKey):
-		return "idempotency_key"
-	}
-	return "internal"
-}
-
-func isLost(err error) bool { return errors.Is(err, lock.ErrLost) }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seckillguard/seckillguard/lockmetrics"
 )
 
 // metrics are the Guard's Prometheus collectors. Every series is labelled by
@@ -22,7 +24,8 @@ type metrics struct {
 	hold      *prometheus.HistogramVec
 	idem      *prometheus.CounterVec   // one outcome per request
 	records   *prometheus.CounterVec   // one outcome per executed request
-	locks     *LockMetrics             // the lock Client's events
+	locks     *lockmetrics.Metrics     // the lock Client's events
+	ownLocks  bool                     // locks is the Guard's own, collected with the rest
 	batchSize *prometheus.HistogramVec // Combining routes: requests per batch
 	combined  *prometheus.CounterVec   // Combining routes: requests run under another's hold
 
@@ -38,7 +41,10 @@ var (
 
 var routeLabels = []string{"method", "route"}
 
-func newMetrics() *metrics {
+// newMetrics returns the Guard's metrics; its lock Client reports to
+// locks, or to lock metrics of the Guard's own when locks is nil, which
+// then belong to the Guard's Collector.
+func newMetrics(locks *lockmetrics.Metrics) *metrics {
 	counter := func(name, help string, extra ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "seckillguard", Name: name, Help: help,
@@ -50,8 +56,13 @@ func newMetrics() *metrics {
 			Namespace: "seckillguard", Name: name, Help: help, Buckets: buckets,
 		}, routeLabels)
 	}
+	own := locks == nil
+	if own {
+		locks = lockmetrics.New()
+	}
 	return &metrics{
-		locks:     NewLockMetrics(),
+		locks:     locks,
+		ownLocks:  own,
 		acquired:  counter("lock_acquired_total", "Locks acquired by the lock middleware."),
 		busy:      counter("lock_busy_total", "Requests answered busy: the key stayed locked for the whole wait."),
 		lost:      counter("lock_lost_total", "Locks lost while their handler ran (lease ran out, expired, or deleted)."),
@@ -59,7 +70,8 @@ func newMetrics() *metrics {
 		rejected:  counter("rejected_total", "Requests refused before any lock: bad key fields, bodies, idempotency keys.", "error"),
 		redisDown: counter("redis_unavailable_total", "Requests that met an unreachable Redis, by what was done: closed (503) or open (let through).", "mode"),
 		wait:      hist("lock_wait_seconds", "Time spent waiting for the lock, for requests that got it."),
-		hold:      hist("lock_hold_seconds", "Time the lock was held around the handler."),
+		hold: hist("lock_hold_seconds", "Time the handler (on combining routes: the batch) ran holding the route's lock, from the acquisition's return to the release's call; "+
+			"the lock Client's seckillguard_lock_held_seconds adds the acquisition's and the release's round trips."),
 		idem: counter("idempotency_requests_total", "Requests with an idempotency key, by outcome, one per request: executed (the handler ran), "+
 			"replayed (answered from the store), in_progress (the first request still runs), mismatch (the key was used for another request).", "outcome"),
 		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -76,6 +88,10 @@ func newMetrics() *metrics {
 // service to register on its own registry:
 //
 //	reg.MustRegister(g.Collector())
+//
+// It holds the lock series of the Guard's lock Client too (package
+// lockmetrics), unless WithLockMetrics gave the Guard lock metrics that are
+// registered on their own.
 func (g *Guard) Collector() prometheus.Collector { return g.metrics }
 
 // Describe implements prometheus.Collector.
@@ -93,7 +109,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem, m.records, m.batchSize, m.combined, m.locks}
+	all := []prometheus.Collector{m.acquired, m.busy, m.lost, m.stale, m.rejected, m.redisDown, m.wait, m.hold, m.idem, m.records, m.batchSize, m.combined}
+	if m.ownLocks {
+		all = append(all, m.locks)
+	}
+	return all
 }
 
 // touch creates every series of the route at zero, once, so that rates and

@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/seckillguard/seckillguard/guard"
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
+	"github.com/seckillguard/seckillguard/lockmetrics"
 )
 
 // series returns the counter values of family name by outcome label.
@@ -129,5 +131,57 @@ func TestLockMetrics_CountEventsByKindNeverByName(t *testing.T) {
 	after, _ := reg.Gather()
 	if _, acq, rel := count(after, "seckillguard_lock_events_total"); acq != 3 || rel != 3 {
 		t.Errorf("mutex acquired %v, released %v; want 3 each", acq, rel)
+	}
+}
+
+// A Guard and a lock Client of one's own share one registry: the Guard is
+// given the lock metrics (WithLockMetrics), both Clients report to them, and
+// g.Collector() leaves those series to them. Registering the Guard's
+// Collector beside lock metrics used to fail: both described the same
+// series.
+func TestLockMetrics_AGuardAndALockClientOfYourOwnShareOneRegistry(t *testing.T) {
+	srv := testenv.Redis(t)
+	m := lockmetrics.New()
+	own := lock.New(srv.Client(), lock.WithObserver(m.Observe))
+	defer own.Close()
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku", g.Lock("sku:<sku>"), func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	}, guard.WithLockMetrics(m))
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{in.g.Collector(), m} {
+		if err := reg.Register(c); err != nil {
+			t.Fatalf("registering %T: %v", c, err)
+		}
+	}
+	if r := do(t, http.MethodPost, in.srv.URL+"/buy/1", ""); r.status != http.StatusNoContent {
+		t.Fatalf("buy: %d", r.status)
+	}
+	held, err := own.Mutex("job:1").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Mutex("job:1").Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acquired, released, routeAcquired float64
+	for _, f := range fams {
+		for _, x := range f.GetMetric() {
+			switch {
+			case f.GetName() == "seckillguard_lock_events_total" && label(x, "kind") == "mutex" && label(x, "event") == "acquired":
+				acquired = x.GetCounter().GetValue()
+			case f.GetName() == "seckillguard_lock_events_total" && label(x, "kind") == "mutex" && label(x, "event") == "released":
+				released = x.GetCounter().GetValue()
+			case f.GetName() == "seckillguard_lock_acquired_total" && label(x, "route") == "/buy/:sku":
+				routeAcquired = x.GetCounter().GetValue()
+			}
+		}
+	}
+	if acquired != 2 || released != 2 || routeAcquired != 1 {
+		t.Errorf("mutex acquired %v, released %v, route acquisitions %v; want 2, 2 (the Guard's hold and the Client's, each counted once) and 1",
+			acquired, released, routeAcquired)
 	}
 }

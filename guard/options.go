@@ -9,17 +9,21 @@ import (
 
 	"github.com/seckillguard/seckillguard/ginmw"
 	"github.com/seckillguard/seckillguard/lock"
+	"github.com/seckillguard/seckillguard/lockmetrics"
 )
 
 // An Option configures a Guard.
 type Option func(*options)
 
 type options struct {
-	log      *slog.Logger
-	render   ginmw.Renderer
-	lockOpts []lock.Option
-	defaults []RouteOption
-	hook     StepHook
+	log         *slog.Logger
+	render      ginmw.Renderer
+	lockOpts    []lock.Option
+	defaults    []RouteOption
+	hook        StepHook
+	namespace   string
+	nsSet       bool
+	lockMetrics *lockmetrics.Metrics
 }
 
 // WithLogger sets where the Guard logs lost locks, long holds, unstored
@@ -41,10 +45,39 @@ func WithRenderer(r ginmw.Renderer) Option {
 }
 
 // WithLockOptions passes options to the Guard's lock Client, such as
-// lock.WithWatchdogTimeout (default 30s) and lock.WithNamespace (default:
-// none; the resolved key is the Redis key).
+// lock.WithWatchdogTimeout (default 30s). A lock.WithNamespace given here
+// is the Guard's namespace, as if given to WithNamespace: it prefixes the
+// idempotency records too.
 func WithLockOptions(opts ...lock.Option) Option {
 	return func(o *options) { o.lockOpts = append(o.lockOpts, opts...) }
+}
+
+// WithNamespace puts ns and a colon in front of every key the Guard writes,
+// so that two services (or staging and production) on one Redis never see
+// each other's keys: its locks ("ns:sku:42", and what Redisson's rule
+// derives from that name, "redisson_lock_token:{ns:sku:42}"), its
+// idempotency records and in-progress markers, and the semaphores of
+// WaitForFirst. It configures the Guard's lock Client too
+// (lock.WithNamespace), and is applied there alone, once per key. Key(c)
+// still returns the name without it; RedisKey(c), the log lines and the
+// inspector show the full key. ns may not contain "{" or "}"; New panics
+// on one, and when WithLockOptions also carries a lock.WithNamespace that
+// differs. Default: none, the namespace of a lock.WithNamespace in
+// WithLockOptions if there is one.
+func WithNamespace(ns string) Option {
+	return func(o *options) { o.namespace, o.nsSet = ns, true }
+}
+
+// WithLockMetrics makes the Guard's lock Client report its events to m
+// instead of to lock metrics of the Guard's own; the Guard's Collector then
+// leaves the lock series (package lockmetrics) to m, which its creator
+// registers. It is how a Guard and lock Clients of your own share one
+// registry: give them all m. Default: the Guard measures its lock Client
+// with lock metrics of its own, in its Collector; do not also give that
+// Client a lockmetrics observer with WithLockOptions, as both would describe
+// the same series and the registry refuses the second.
+func WithLockMetrics(m *lockmetrics.Metrics) Option {
+	return func(o *options) { o.lockMetrics = m }
 }
 
 // WithDefaults sets route options that apply to every route of this Guard
@@ -77,13 +110,16 @@ const (
 // with an invalid WithDefaults option; LoadPolicies returns it with the
 // line), so the mistake stops the service at boot rather than under traffic.
 //
-// Some options configure only one of the two middlewares: Wait, Lease, Busy,
-// BodyTimeout, LongHold, Combining, MaxBatch and MaxBatchTime the lock; IdempotencyHeader, IdempotencyKey, OptionalKey,
-// Scope, Unscoped, UseFingerprint, RecordTTL, InProgressLease, WaitForFirst,
-// StoreServerErrors, MaxResponse and ReplayHeaders idempotency. Given to the
-// other middleware such an option would do nothing, so it is refused there
-// too. RetryAfter, FailOpen and BodyLimit configure both. WithDefaults and
-// policy files may set options of either kind for every route.
+// Most options configure only one of the two middlewares, and given to the
+// other one they would do nothing, so they are refused there too (and by
+// Policies.With on a route without that middleware):
+//
+//   - Lock: Wait, Lease, Busy, BodyTimeout, LongHold, Combining, MaxBatch, MaxBatchTime.
+//   - Idempotent: IdempotencyHeader, IdempotencyKey, OptionalKey, Scope, Unscoped, UseFingerprint, RecordTTL, InProgressLease, WaitForFirst, StoreClientErrors, StoreServerErrors, MaxResponse, ReplayHeaders.
+//   - both: RetryAfter, FailOpen, BodyLimit.
+//
+// WithDefaults and policy files may set options of either kind for every
+// route.
 type RouteOption func(*route)
 
 // ErrBadOption is matched by the error of every refused route option.

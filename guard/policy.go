@@ -31,16 +31,19 @@ import (
 //	  - route: POST /api/orders
 //	    idempotency:
 //	      scope: "<ctx:user_id>"
+//	      required: true     # the default: a request without a key is answered 400
 //	      ttl: 24h
 //
 // Route and default keys: lock (a key template; the route takes the lock),
 // wait, lease, busy_status, busy_error, retry_after, fail (open|closed),
 // body_limit (bytes), long_hold, idempotency. Idempotency keys: scope (a
 // template) or unscoped: true, header, key (a template instead of the
-// header), required, fingerprint (auto|raw|json or a list of fields), ttl,
-// in_progress_lease, wait_for_first, store_client_errors, store_server_errors, max_response,
-// replay_headers.
-// Durations are Go durations ("500ms", "2s").
+// header), required (default true), fingerprint (auto|raw|json or a list of
+// fields), ttl, in_progress_lease, wait_for_first, store_client_errors,
+// store_server_errors, max_response, replay_headers.
+// Durations are Go durations ("500ms", "2s"). A route with both a lock and
+// idempotency runs them as Idempotent around Lock would, which gives the
+// same answers as any other order (see Idempotent).
 type Policies struct {
 	name   string
 	routes []*RoutePolicy
@@ -76,8 +79,9 @@ func (p *Policies) Routes() []*RoutePolicy { return append([]*RoutePolicy(nil), 
 // unknown fields, bad durations, bad templates, invalid values (as the
 // options' constructors check them), routes defined twice (method and path
 // compared as gin matches them, whatever the spacing), a path with a space,
-// scope together with unscoped: true, and a second YAML document are all
-// refused.
+// settings that contradict each other in one idempotency block (scope with
+// unscoped: true, header with key, in_progress_lease with a wait_for_first
+// above 0), and a second YAML document are all refused.
 func LoadPolicies(path string) (*Policies, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -155,18 +159,16 @@ func (p *Policies) Unmatched(routes gin.RoutesInfo) []string {
 
 // With returns a copy of p in which the route named "METHOD /path" (as in
 // the file) also takes opts, after the file's own: the way to give a route
-// what a file cannot say, such as Combining(gormplugin.Batch(db)). The
-// error names a route p does not have, a route that takes no lock given a
-// lock option, or a refused option.
+// what a file cannot say, such as Combining(gormplugin.Batch(db)). An option
+// is refused exactly where it would do nothing, as Lock and Idempotent
+// refuse it: a lock option on a route that takes no lock, an idempotency
+// option on a route without idempotency, MaxBatch without Combining. The
+// error names a route p does not have, or the refused option and the
+// route's line.
 func (p *Policies) With(route string, opts ...RouteOption) (*Policies, error) {
 	words := strings.Fields(route)
 	if len(words) != 2 {
 		return nil, fmt.Errorf("guard: %s: With(%q): want \"METHOD /path\"", p.name, route)
-	}
-	for _, o := range opts {
-		if err := checkOption(o); err != nil {
-			return nil, fmt.Errorf("guard: %s: With(%q): %w", p.name, route, err)
-		}
 	}
 	out := &Policies{name: p.name, routes: make([]*RoutePolicy, len(p.routes))}
 	found := false
@@ -175,8 +177,8 @@ func (p *Policies) With(route string, opts ...RouteOption) (*Policies, error) {
 		if rp.Method != words[0] || rp.Path != words[1] {
 			continue
 		}
-		if rp.lock == nil {
-			return nil, fmt.Errorf("guard: %s: With(%q): the route takes no lock (line %d)", p.name, route, rp.Line)
+		if err := rp.check(opts); err != nil {
+			return nil, fmt.Errorf("guard: %s: With(%q): %w", p.name, route, err)
 		}
 		cp := *rp
 		cp.opts = append(append([]RouteOption(nil), rp.opts...), opts...)
@@ -187,6 +189,39 @@ func (p *Policies) With(route string, opts ...RouteOption) (*Policies, error) {
 		return nil, fmt.Errorf("guard: %s: With(%q): no such route in the policies", p.name, route)
 	}
 	return out, nil
+}
+
+// use says which middleware the route runs.
+func (rp *RoutePolicy) use() optionUse {
+	switch {
+	case rp.lock == nil:
+		return useIdem
+	case !rp.idem:
+		return useLock
+	}
+	return useBoth
+}
+
+// check returns the error of opts given to the route after its own
+// options: an option the route's middleware does not read, or one invalid
+// with the rest.
+func (rp *RoutePolicy) check(opts []RouteOption) error {
+	r := defaultRoute()
+	applyOptions(&r, useBoth, rp.opts)
+	applyOptions(&r, rp.use(), opts)
+	if r.batchOpts && r.session == nil && rp.lock != nil {
+		r.errs = append(r.errs, fmt.Errorf("%w: MaxBatch and MaxBatchTime bound the batches of Combining and do nothing without it", ErrBadOption))
+	}
+	err := errors.Join(r.errs...)
+	switch {
+	case err == nil:
+		return nil
+	case rp.lock == nil:
+		return fmt.Errorf("the route takes no lock (line %d): %w", rp.Line, err)
+	case !rp.idem:
+		return fmt.Errorf("the route has no idempotency (line %d): %w", rp.Line, err)
+	}
+	return fmt.Errorf("route at line %d: %w", rp.Line, err)
 }
 
 // Policies returns router-level middleware (r.Use) that applies p: a request
@@ -483,6 +518,12 @@ func (is *idemSpec) apply(rp *RoutePolicy, add func(line int, o RouteOption) err
 	}
 	if is.Scope != nil && is.Unscoped != nil && is.Unscoped.value {
 		return fmt.Errorf("line %d: idempotency: scope (line %d) and unscoped: true contradict each other; keep one", is.Unscoped.line, is.Scope.line)
+	}
+	if is.Header != nil && is.Key != nil {
+		return fmt.Errorf("line %d: idempotency: header (line %d) and key (line %d) contradict each other: the key comes from the header or from the template; keep one", max(is.Header.line, is.Key.line), is.Header.line, is.Key.line)
+	}
+	if is.WaitForFirst != nil && is.WaitForFirst.value > 0 && is.InProgressLease != nil {
+		return fmt.Errorf("line %d: idempotency: in_progress_lease (line %d) does nothing with wait_for_first (line %d): a route that waits holds its key by a semaphore permit, renewed by the lock watchdog (lock.WithWatchdogTimeout); keep one", max(is.WaitForFirst.line, is.InProgressLease.line), is.InProgressLease.line, is.WaitForFirst.line)
 	}
 	var err error
 	try := func(line int, o RouteOption) {

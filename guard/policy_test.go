@@ -2,6 +2,8 @@ package guard_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -266,5 +268,97 @@ func TestPolicies_RefusedWithTheLine(t *testing.T) {
 	}
 	if rp := p.Routes()[0]; rp.Method != "POST" || rp.Path != "/a/:id" {
 		t.Fatalf("route read as %q %q", rp.Method, rp.Path)
+	}
+}
+
+// Settings of one idempotency block that contradict each other are refused
+// with their lines: the key from a header and from a template (the last
+// applied used to win), and an in-progress lease on a route that waits for
+// the first request (which holds its key by a semaphore permit, and used to
+// drop the lease silently).
+func TestPolicies_ContradictoryIdempotencySettingsAreRefusedWithTheLine(t *testing.T) {
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"header and key": {"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      header: X-Key\n      key: \"k:<body:n>\"\n",
+			"line 6: idempotency: header (line 5) and key (line 6) contradict each other"},
+		"key and header": {"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      key: \"k:<body:n>\"\n      header: X-Key\n",
+			"line 6: idempotency: header (line 6) and key (line 5) contradict each other"},
+		"lease and wait": {"routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      in_progress_lease: 5s\n      wait_for_first: 2s\n",
+			"line 6: idempotency: in_progress_lease (line 5) does nothing with wait_for_first (line 6)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := guard.ParsePolicies("t.yaml", []byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// A wait of 0 waits for nothing: the lease is used.
+	if _, err := guard.ParsePolicies("t.yaml", []byte("routes:\n  - route: POST /a\n    idempotency:\n      unscoped: true\n      in_progress_lease: 5s\n      wait_for_first: 0s\n")); err != nil {
+		t.Errorf("in_progress_lease with wait_for_first: 0s: %v", err)
+	}
+}
+
+// Policies.With refuses an option exactly where it would do nothing, as
+// Lock and Idempotent do: an idempotency option on a route without
+// idempotency, a lock option on a route without a lock. It used to refuse
+// every option on a route without a lock (StoreClientErrors on an
+// idempotency-only route) and accept idempotency options on a lock-only
+// route, where they did nothing.
+func TestPolicies_WithRefusesAnOptionExactlyWhereItDoesNothing(t *testing.T) {
+	pol, err := guard.ParsePolicies("test.yaml", []byte(`
+routes:
+  - route: POST /lock/:sku
+    lock: "w:<sku>"
+  - route: POST /idem
+    idempotency:
+      unscoped: true
+  - route: POST /both/:sku
+    lock: "w:<sku>"
+    idempotency:
+      unscoped: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		route string
+		opt   guard.RouteOption
+		want  string // "" for accepted
+	}{
+		{"POST /idem", guard.StoreClientErrors(), ""},
+		{"POST /idem", guard.RetryAfter(time.Second), ""},
+		{"POST /idem", guard.Wait(time.Second), "the route takes no lock (line 5)"},
+		{"POST /idem", guard.Combining(&countSession{}), "the route takes no lock"},
+		{"POST /lock/:sku", guard.StoreClientErrors(), "the route has no idempotency (line 3)"},
+		{"POST /lock/:sku", guard.RecordTTL(time.Hour), "the route has no idempotency"},
+		{"POST /lock/:sku", guard.Combining(&countSession{}), ""},
+		{"POST /lock/:sku", guard.MaxBatch(4), "do nothing without it"},
+		{"POST /both/:sku", guard.StoreClientErrors(), ""},
+		{"POST /both/:sku", guard.Wait(time.Second), ""},
+	} {
+		_, err := pol.With(tc.route, tc.opt)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("With(%q, ...): %v; want it accepted", tc.route, err)
+		case tc.want != "" && (err == nil || !errors.Is(err, guard.ErrBadOption) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("With(%q, ...): %v; want ErrBadOption saying %q", tc.route, err, tc.want)
+		}
+	}
+
+	// StoreClientErrors given through With does what it says.
+	with, err := pol.With("POST /idem", guard.StoreClientErrors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	in := newInstance(t, testenv.Redis(t), func(g *guard.Guard, r *gin.Engine) {
+		r.Use(g.Policies(with))
+		r.POST("/idem", func(c *gin.Context) { runs.Add(1); c.JSON(http.StatusConflict, gin.H{"error": "sold_out"}) })
+	})
+	for range 2 {
+		do(t, "POST", in.srv.URL+"/idem", "", "Idempotency-Key", "k")
+	}
+	if runs.Load() != 1 {
+		t.Errorf("the handler ran %d times; want its 409 stored and replayed (StoreClientErrors)", runs.Load())
 	}
 }

@@ -2,11 +2,13 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/seckillguard/seckillguard/fencing"
+	"github.com/seckillguard/seckillguard/ginmw"
 )
 
 // A Step is one thing the Guard does for a request, as a StepHook sees it.
@@ -27,14 +29,16 @@ const (
 	// StepIdempotencyReplay: it answers with the stored response.
 	StepIdempotencyReplay
 	// StepIdempotencyFinish: it stores the handler's answer, or drops its
-	// claim so that a retry runs.
+	// claim so that a retry runs, once the request's answer is final: when
+	// the request's last guard step ends (a Lock or Combining around the
+	// Idempotent has judged the lock and committed the batch by then).
 	StepIdempotencyFinish
 	// StepHandler: the rest of the chain runs, holding the lock or the
 	// key. A Combining route reports StepLock once per batch, for the
 	// request that takes the lock, and StepHandler for every request's turn
 	// in a batch (its outcome is the handler's; the batch's commit comes
-	// after it). With two of the Guard's middlewares on one route (Idempotent,
-	// then Lock), the inner one's steps happen within the outer one's
+	// after it). With two of the Guard's middlewares on one route, in either
+	// order, the inner one's steps happen within the outer one's
 	// StepHandler; Policies composes both in one middleware, with one
 	// StepHandler around the handler.
 	StepHandler
@@ -127,6 +131,34 @@ type StepHook func(ctx context.Context, s StepInfo) (context.Context, func(StepR
 // WithStepHook sets the Guard's StepHook. Default: none.
 func WithStepHook(h StepHook) Option {
 	return func(o *options) { o.hook = h }
+}
+
+// A step is one guard middleware, written so that steps compose inside a
+// single gin handler (a policy may run idempotency, then the lock, then the
+// route). Every step begins the request's state (begin) and ends it.
+type step func(c *gin.Context, next func())
+
+// handler turns s into a gin middleware that answers through g's
+// Renderer.
+func (g *Guard) handler(s step) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		g.metrics.touch(routeOf(c))
+		if g.render != nil {
+			ginmw.SetRenderer(c, g.render)
+		}
+		s(c, c.Next)
+	}
+}
+
+// staleError returns the first error the handler reported with c.Error that
+// matches fencing.ErrStale, or nil.
+func staleError(c *gin.Context) error {
+	for _, e := range c.Errors {
+		if errors.Is(e.Err, fencing.ErrStale) {
+			return e.Err
+		}
+	}
+	return nil
 }
 
 // noStep ends a step no hook is told of.

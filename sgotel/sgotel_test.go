@@ -300,7 +300,7 @@ func TestStepHook_AGuardedGinRequestHasItsSteps(t *testing.T) {
 	t.Cleanup(func() {
 		close(records)
 		for id := range records {
-			rdb.Del(context.Background(), "seckillguard:idem:{"+id+"}:r")
+			rdb.Del(context.Background(), g.Locks().Key("seckillguard:idem:{"+id+"}")+":r") // the record, in the Guard's namespace
 		}
 	})
 	post := func(sku, key string) int {

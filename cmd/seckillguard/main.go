@@ -11,8 +11,10 @@
 // Sentinel set, and with -cluster a Redis Cluster. Unset, it is
 // redis://127.0.0.1:6379/0, the server redis-cli talks to by default.
 // Every command takes -json for scripts and -namespace for Clients created
-// with lock.WithNamespace; flags may come before or after the command and
-// its argument. inspect and list only read.
+// with lock.WithNamespace (or guard.WithNamespace): NAME is then the name
+// the code locks ("sku:42"); without it, the full key a log line shows
+// ("ns:sku:42") names the same lock. Flags may come before or after the
+// command and its argument. inspect and list only read.
 package main
 
 import (
@@ -25,6 +27,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,7 +40,9 @@ const usage = `usage: seckillguard COMMAND [flags] ARG
 
 commands:
   inspect NAME          who holds the lock NAME, with which hold counts, the
-                        lease left, the fencing counter and who waits
+                        lease left, the fencing counter and who waits; NAME
+                        is the full key a log line shows ("ns:sku:42"), or
+                        the name the code locks with -namespace ns
   list PATTERN          the locks whose names match the glob PATTERN (SCAN,
                         at most -limit of them), one line each
   force-unlock NAME     delete the Mutex or FairMutex NAME whoever holds it
@@ -220,6 +225,10 @@ func inspect(ctx context.Context, locks *lock.Client, name string, s settings, w
 		return writeJSON(w, report(in))
 	}
 	printInspection(w, in)
+	if !in.Held() && s.namespace != "" && strings.HasPrefix(name, s.namespace+":") {
+		// A full key pasted from a log, with the namespace given again.
+		fmt.Fprintf(w, "  (%s already starts with the namespace %q:\n  for that key, leave -namespace out)\n", name, s.namespace)
+	}
 	return nil
 }
 

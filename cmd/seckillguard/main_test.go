@@ -290,3 +290,30 @@ func TestConnect_DefaultsToRedisCLIsServer(t *testing.T) {
 		t.Errorf("default Redis %s db %d, want 127.0.0.1:6379 db 0", o.Addr, o.DB)
 	}
 }
+
+// TestInspect_TheFullKeyOfALogLine: a lock of a Client with a namespace is
+// found by the full key its log lines show, without -namespace, and by its
+// name with -namespace; the full key given with -namespace too is said to
+// carry the namespace twice.
+func TestInspect_TheFullKeyOfALogLine(t *testing.T) {
+	srv := testenv.Redis(t)
+	locks := lock.New(srv.Client(), lock.WithNamespace("shop"))
+	defer locks.Close()
+	m := locks.Mutex("sku:42")
+	held, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(held)
+	for _, args := range [][]string{{"inspect", locks.Key("sku:42")}, {"inspect", "-namespace", "shop", "sku:42"}} {
+		out, err := cli(t, srv, args...)
+		if err != nil || !strings.Contains(out, "held (mutex)") {
+			t.Errorf("%v: %v\n%s; want the lock held", args, err, out)
+		}
+	}
+	out, err := cli(t, srv, "inspect", "-namespace", "shop", "shop:sku:42")
+	if err != nil || !strings.Contains(out, "free") || !strings.Contains(out, "leave -namespace out") {
+		t.Errorf("the full key with -namespace: %v\n%s; want free, and a word about the namespace given twice", err, out)
+	}
+	wantFits(t, out)
+}

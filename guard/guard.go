@@ -66,9 +66,11 @@ type Guard struct {
 // client). It does no I/O: call Ping at boot to find a wrong address there
 // rather than in the first requests' answers. New panics when rdb is nil (a
 // Guard without Redis is a mistake to find at boot), with the error of an
-// invalid WithDefaults option, and on a namespace that WithNamespace
-// refuses or that differs from the lock.WithNamespace given to
-// WithLockOptions.
+// invalid WithDefaults option, with the error (lock.ErrInvalid) of a lock
+// Client that WithLockOptions makes unusable (a lock.WithNamespace with a
+// brace, a lock.WithWatchdogTimeout under 30ms), and on a namespace that
+// WithNamespace refuses or that differs from the lock.WithNamespace given
+// to WithLockOptions.
 func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 	if rdb == nil {
 		panic("guard: New needs a Redis client")
@@ -92,6 +94,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		lockOpts = append(lockOpts, lock.WithNamespace(o.namespace))
 	}
 	locks := lock.New(rdb, append(lockOpts, o.lockOpts...)...)
+	if err := lockClientError(locks); err != nil {
+		panic(fmt.Errorf("guard: WithLockOptions: %w", err))
+	}
 	if o.nsSet && locks.Namespace() != o.namespace {
 		panic(fmt.Errorf("guard: WithNamespace(%q) and lock.WithNamespace(%q) in WithLockOptions differ; set the namespace once", o.namespace, locks.Namespace()))
 	}
@@ -110,6 +115,18 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		hook:         o.hook,
 		recordPrefix: locks.Key(recordPrefix),
 	}
+}
+
+// lockClientError returns the error every operation of locks would fail
+// with because of how it was made (a lock.WithNamespace with a brace, a
+// watchdog timeout under 30ms, ...), or nil. Package lock reports such an
+// error only when the Client is used: asking the hold count of a lock with
+// a context that holds none is such a use, and costs no round trip.
+func lockClientError(locks *lock.Client) error {
+	if _, err := locks.Mutex("seckillguard:guard").HoldCount(context.Background()); errors.Is(err, lock.ErrInvalid) {
+		return err
+	}
+	return nil
 }
 
 // Namespace returns the namespace in front of every key the Guard writes

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -190,9 +191,19 @@ func TestNamespace_IsSetOnce(t *testing.T) {
 	for name, opts := range map[string][]guard.Option{
 		"two namespaces": {guard.WithNamespace("a"), guard.WithLockOptions(lock.WithNamespace("b"))},
 		"a brace":        {guard.WithNamespace("a{b}")},
+		// The lock Client refuses these itself; New must say so, not
+		// every request with a 500.
+		"a brace given to the lock Client":              {guard.WithLockOptions(lock.WithNamespace("a{b}"))},
+		"a brace given to the lock Client, and another": {guard.WithNamespace("a"), guard.WithLockOptions(lock.WithNamespace("a}"))},
+		"a watchdog timeout the lock Client refuses":    {guard.WithLockOptions(lock.WithWatchdogTimeout(time.Millisecond))},
 	} {
-		if v := registrationPanic(func() { guard.New(rdb, opts...).Close() }); v == nil {
+		v := registrationPanic(func() { guard.New(rdb, opts...).Close() })
+		err, _ := v.(error)
+		switch {
+		case v == nil:
 			t.Errorf("%s: New accepted it", name)
+		case strings.Contains(name, "lock Client") && !errors.Is(err, lock.ErrInvalid):
+			t.Errorf("%s: New panicked with %v; want the lock Client's error (lock.ErrInvalid)", name, v)
 		}
 	}
 	g := guard.New(rdb, guard.WithNamespace("a"), guard.WithLockOptions(lock.WithNamespace("a")))

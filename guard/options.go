@@ -47,7 +47,9 @@ func WithRenderer(r ginmw.Renderer) Option {
 // WithLockOptions passes options to the Guard's lock Client, such as
 // lock.WithWatchdogTimeout (default 30s). A lock.WithNamespace given here
 // is the Guard's namespace, as if given to WithNamespace: it prefixes the
-// idempotency records too.
+// idempotency records too. An option the lock Client refuses (a namespace
+// with a brace, a watchdog timeout under 30ms) makes New panic with the
+// Client's error, rather than every request answer 500.
 func WithLockOptions(opts ...lock.Option) Option {
 	return func(o *options) { o.lockOpts = append(o.lockOpts, opts...) }
 }
@@ -61,8 +63,8 @@ func WithLockOptions(opts ...lock.Option) Option {
 // (lock.WithNamespace), and is applied there alone, once per key. Key(c)
 // still returns the name without it; RedisKey(c), the log lines and the
 // inspector show the full key. ns may not contain "{" or "}"; New panics
-// on one, and when WithLockOptions also carries a lock.WithNamespace that
-// differs. Default: none, the namespace of a lock.WithNamespace in
+// on one (given here or in a lock.WithNamespace), and when WithLockOptions
+// also carries a lock.WithNamespace that differs. Default: none, the namespace of a lock.WithNamespace in
 // WithLockOptions if there is one.
 func WithNamespace(ns string) Option {
 	return func(o *options) { o.namespace, o.nsSet = ns, true }

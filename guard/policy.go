@@ -81,7 +81,10 @@ func (p *Policies) Routes() []*RoutePolicy { return append([]*RoutePolicy(nil), 
 // compared as gin matches them, whatever the spacing), a path with a space,
 // settings that contradict each other in one idempotency block (scope with
 // unscoped: true, header with key, in_progress_lease with a wait_for_first
-// above 0), and a second YAML document are all refused.
+// above 0), a lock setting (wait, lease, busy_status, busy_error,
+// long_hold) on a route that takes no lock, where it would do nothing, and
+// a second YAML document are all refused. The defaults may hold settings
+// of either kind: they apply to the routes that read them.
 func LoadPolicies(path string) (*Policies, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -381,10 +384,21 @@ func (rs *routeSpec) policy(defaults *settings) (*RoutePolicy, error) {
 	}
 	method, path := words[0], words[1]
 	rp := &RoutePolicy{Method: method, Path: path, Line: rs.Route.line}
-	for _, s := range []*settings{defaults, &rs.settings} {
-		if err := s.apply(rp); err != nil {
-			return nil, err
-		}
+	if err := defaults.apply(rp, useBoth); err != nil {
+		return nil, err
+	}
+	// The route's own settings are refused where the route's middleware
+	// would not read them, as Lock, Idempotent and Policies.With refuse
+	// the options (the defaults set either kind for every route).
+	use := useBoth
+	switch lock, idem := rp.lock != nil || rs.Lock != nil, rp.idem || rs.Idempotency != nil; {
+	case lock && !idem:
+		use = useLock
+	case idem && !lock:
+		use = useIdem
+	}
+	if err := rs.settings.apply(rp, use); err != nil {
+		return nil, err
 	}
 	if rp.lock == nil && !rp.idem {
 		return nil, fmt.Errorf("line %d: route %q has neither lock nor idempotency", rs.Route.line, rs.Route.value)
@@ -423,9 +437,11 @@ func validMethod(m string) bool {
 	return false
 }
 
-// apply adds the options s sets to rp. Each option is checked on its own,
-// so that a refused value names its line.
-func (s *settings) apply(rp *RoutePolicy) error {
+// apply adds the options s sets to rp, a route whose middleware is use
+// (useBoth for the defaults). Each option is checked on its own, so that a
+// refused value names its line, and so is one the route's middleware would
+// not read.
+func (s *settings) apply(rp *RoutePolicy, use optionUse) error {
 	add := func(line int, o RouteOption) error {
 		if err := checkOption(o); err != nil {
 			return fmt.Errorf("line %d: %w", line, err)
@@ -452,14 +468,22 @@ func (s *settings) apply(rp *RoutePolicy) error {
 			err = add(line, o)
 		}
 	}
+	// lockSetting is set for a setting only Lock reads: on a route that
+	// takes no lock it would do nothing, and is refused.
+	lockSetting := func(line int, field string, o RouteOption) {
+		if err == nil && use == useIdem {
+			err = fmt.Errorf("line %d: %s: the route takes no lock (no lock: here or in the defaults), so it would do nothing", line, field)
+		}
+		set(line, o)
+	}
 	if v := s.Wait; v != nil {
-		set(v.line, Wait(v.value))
+		lockSetting(v.line, "wait", Wait(v.value))
 	}
 	if v := s.Lease; v != nil {
 		if v.value == 0 { // 0: the watchdog, also over a lease set in defaults
-			set(v.line, func(r *route) { r.lease = 0 })
+			lockSetting(v.line, "lease", option(useLock, "Lease", func(r *route) { r.lease = 0 }))
 		} else {
-			set(v.line, Lease(v.value))
+			lockSetting(v.line, "lease", Lease(v.value))
 		}
 	}
 	// Status and code are set apart, so that a route may change one and
@@ -468,13 +492,13 @@ func (s *settings) apply(rp *RoutePolicy) error {
 		if err := checkBusy(v.value, "busy"); err != nil {
 			return fmt.Errorf("line %d: busy_status %d: %w", v.line, v.value, err)
 		}
-		set(v.line, func(r *route) { r.busyStatus = v.value })
+		lockSetting(v.line, "busy_status", option(useLock, "Busy", func(r *route) { r.busyStatus = v.value }))
 	}
 	if v := s.BusyError; v != nil {
 		if err := checkBusy(http.StatusTooManyRequests, v.value); err != nil {
 			return fmt.Errorf("line %d: busy_error %q: %w", v.line, v.value, err)
 		}
-		set(v.line, func(r *route) { r.busyCode = v.value })
+		lockSetting(v.line, "busy_error", option(useLock, "Busy", func(r *route) { r.busyCode = v.value }))
 	}
 	if v := s.RetryAfter; v != nil {
 		set(v.line, RetryAfter(v.value))
@@ -493,7 +517,7 @@ func (s *settings) apply(rp *RoutePolicy) error {
 		set(v.line, BodyLimit(v.value))
 	}
 	if v := s.LongHold; v != nil {
-		set(v.line, LongHold(v.value))
+		lockSetting(v.line, "long_hold", LongHold(v.value))
 	}
 	if err != nil {
 		return err

@@ -298,6 +298,39 @@ func TestPolicies_ContradictoryIdempotencySettingsAreRefusedWithTheLine(t *testi
 	}
 }
 
+// A lock setting on a route that takes no lock would do nothing: the file
+// refuses it with its line, as Policies.With refuses the option. Defaults
+// may set lock settings for every route; a route whose lock comes from the
+// defaults takes them.
+func TestPolicies_LockSettingsWithoutALockAreRefusedWithTheLine(t *testing.T) {
+	idem := "    idempotency:\n      unscoped: true\n"
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"wait":        {"routes:\n  - route: POST /a\n    wait: 1s\n" + idem, "line 3: wait: the route takes no lock"},
+		"lease":       {"routes:\n  - route: POST /a\n" + idem + "    lease: 5s\n", "line 5: lease: the route takes no lock"},
+		"lease 0":     {"routes:\n  - route: POST /a\n" + idem + "    lease: 0s\n", "line 5: lease: the route takes no lock"},
+		"busy_status": {"routes:\n  - route: POST /a\n    busy_status: 503\n" + idem, "line 3: busy_status: the route takes no lock"},
+		"busy_error":  {"routes:\n  - route: POST /a\n    busy_error: full\n" + idem, "line 3: busy_error: the route takes no lock"},
+		"long_hold":   {"routes:\n  - route: POST /a\n    long_hold: 2s\n" + idem, "line 3: long_hold: the route takes no lock"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := guard.ParsePolicies("t.yaml", []byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "guard: t.yaml: ") {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	for name, yaml := range map[string]string{
+		"in the defaults":           "defaults:\n  wait: 1s\n  lease: 5s\n  busy_status: 503\n  long_hold: 2s\nroutes:\n  - route: POST /a\n" + idem,
+		"with the lock":             "routes:\n  - route: POST /a/:id\n    lock: \"x:<id>\"\n    wait: 1s\n    lease: 0s\n    busy_error: full\n",
+		"with the defaults' lock":   "defaults:\n  lock: \"x:<query:id>\"\nroutes:\n  - route: POST /a\n    wait: 1s\n",
+		"both kinds on a lock-less": "routes:\n  - route: POST /a\n    retry_after: 2s\n    fail: open\n    body_limit: 100\n" + idem,
+	} {
+		if _, err := guard.ParsePolicies("t.yaml", []byte(yaml)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 // Policies.With refuses an option exactly where it would do nothing, as
 // Lock and Idempotent do: an idempotency option on a route without
 // idempotency, a lock option on a route without a lock. It used to refuse

@@ -62,8 +62,8 @@ type member struct {
 
 	// Set by the turn, read after it by the member's goroutine only.
 	w        *heldWriter
-	hooks    *[]func() // OnCommit's
-	orig     *http.Request
+	hooks    *[]func()     // OnCommit's
+	orig     *http.Request // c.Request before the turn, set back when it ends
 	panicked any
 	hadPanic bool
 }
@@ -296,9 +296,6 @@ func (g *Guard) runBatch(cb *combiner, l *line, key string, m *member, hold cont
 			if m.w != nil {
 				m.w.discard()
 			}
-			if m.orig != nil {
-				m.c.Request = m.orig
-			}
 			closeIntake()
 			b.end(false)
 			unlock()
@@ -461,6 +458,10 @@ func (m *member) turn(batchCtx context.Context, key string) (rep turnReport) {
 	m.hooks = new([]func())
 	c.Set(commitHooksName, m.hooks)
 	defer func() {
+		// c.Request is set back before the turn's context ends: what
+		// watches c itself as a context (ContextWithFallback) and is woken
+		// by that end reads c.Request after this write.
+		c.Request = m.orig
 		stop()
 		cancel(nil)
 		if hadHolder {
@@ -489,9 +490,6 @@ func (m *member) turn(batchCtx context.Context, key string) (rep turnReport) {
 func (m *member) answer(err error) {
 	g, c := m.g, m.c
 	method, routeName := routeOf(c)
-	if m.orig != nil {
-		c.Request = m.orig
-	}
 	c.Delete(commitHooksName)
 	if err == nil && m.hooks != nil {
 		for _, f := range *m.hooks {

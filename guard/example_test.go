@@ -31,7 +31,8 @@ func Example() {
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	r.POST("/api/seckill/:id", func(c *gin.Context) {
 		// c.Request.Context() holds the lock: pass it to the database
-		// (db.WithContext) so that the writes are fenced.
+		// (db.WithContext(c.Request.Context())) so that the writes are
+		// fenced.
 		tok, _ := guard.Token(c)
 		c.JSON(http.StatusCreated, gin.H{"locked": guard.Key(c), "fenced": tok.Valid()})
 	})

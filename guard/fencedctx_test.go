@@ -3,6 +3,7 @@ package guard_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -104,5 +105,60 @@ func TestLock_DBWithGinContextIsRefusedOnceTheLockIsLost(t *testing.T) {
 	}
 	if !errors.Is(werr, fencing.ErrStale) || row.Stock != 10 || row.Fence != 0 {
 		t.Fatalf("write after the loss: %v, row %+v; want ErrStale and the row untouched", werr, row)
+	}
+}
+
+// With ContextWithFallback a *gin.Context is a context whose Done and Err
+// read c.Request, and code that watches it from a goroutine of its own
+// reads c.Request when the context it found there ends. A guard step sets
+// c.Request back once the handler is done, before it ends the context it
+// had put there (the lock's, a combining turn's, the idempotency key's), so
+// that such a reader, woken by that end, reads c.Request after the write:
+// the race detector sees the two otherwise (a combining turn ended its
+// context first). That is all a step can order: a step outside it sets
+// c.Request back after the inner one's context ended (Idempotent outside
+// Lock), a batch's lock ends with the batch, and gin sets c.Request again
+// for the Context's next request; hence db.WithContext(c.Request.Context()),
+// never db.WithContext(c) (see Lock).
+func TestSteps_SetTheRequestBackBeforeItsContextEnds(t *testing.T) {
+	srv := testenv.Redis(t)
+	db := openOrdDB(t)
+	probe := func(c *gin.Context) {
+		done := c.Done() // the context the step put into c.Request
+		read := make(chan struct{})
+		go func() {
+			<-done
+			_ = c.Err() // reads c.Request, as database/sql's watchers do
+			close(read)
+		}()
+		c.Set("probe", read)
+		c.Status(http.StatusCreated)
+	}
+	// waitProbe lets the request go only once the probe has read, so that
+	// gin's next use of the pooled Context is not what the detector sees.
+	waitProbe := func(c *gin.Context) {
+		c.Next()
+		if v, ok := c.Get("probe"); ok {
+			select {
+			case <-v.(chan struct{}):
+			case <-time.After(10 * time.Second):
+				t.Error("the context the handler ran with did not end with its request")
+			}
+		}
+	}
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.ContextWithFallback = true
+		r.Use(waitProbe)
+		r.POST("/lock/:sku", g.Lock("probe:<sku>"), probe)
+		r.POST("/combine/:sku", g.Lock("probe:<sku>", guard.Combining(gormplugin.Batch(db))), probe)
+		r.POST("/idem/:sku", g.Idempotent(guard.Unscoped()), probe)
+		r.POST("/lock-idem/:sku", g.Lock("probe:<sku>"), g.Idempotent(guard.Unscoped()), probe)
+		r.POST("/combine-idem/:sku", g.Lock("probe:<sku>", guard.Combining(gormplugin.Batch(db))), g.Idempotent(guard.Unscoped()), probe)
+		r.POST("/wait/:sku", g.Idempotent(guard.Unscoped(), guard.WaitForFirst(time.Second)), probe)
+	})
+	for i, path := range []string{"/lock/", "/combine/", "/idem/", "/lock-idem/", "/combine-idem/", "/wait/"} {
+		if r := do(t, "POST", in.srv.URL+path+"1", "", "Idempotency-Key", fmt.Sprintf("probe-%d", i)); r.status != http.StatusCreated {
+			t.Errorf("%s: %d %s", path, r.status, r.body)
+		}
 	}
 }

@@ -49,14 +49,24 @@ import (
 //	    lost while it ran ("lock_lost")
 //
 // The handler runs with the lock's context as its request context: pass
-// it to the database (db.WithContext(c.Request.Context()), or the Gin idiom
-// db.WithContext(c)) so writes carry the fencing token; it is cancelled
-// with cause lock.ErrLost if the lock is lost. With db.WithContext(c) the
-// token is found whatever the engine's ContextWithFallback: Lock publishes
-// its context under fencing.ContextKey, which gormplugin looks up; only
-// with ContextWithFallback set, or with c.Request.Context(), does the
-// database driver also abandon a query when the lock is lost. The lock is
-// released when the handler returns or panics.
+// it to the database, db.WithContext(c.Request.Context()), so writes carry
+// the fencing token; it is cancelled with cause lock.ErrLost if the lock is
+// lost, and the driver abandons a query then. The lock is released when the
+// handler returns or panics.
+//
+// Not db.WithContext(c), the *gin.Context itself: it finds the token too
+// (Lock publishes its context under fencing.ContextKey), but database/sql
+// watches the context it is given from goroutines of its own (a result
+// set's, inside a transaction and with ContextWithFallback outside one),
+// which read it after the statement is done, and a *gin.Context is not a
+// fixed context: its Done, Err and Value read c.Request, which the steps
+// around the handler set back as they end (after the lock is lost, or the
+// lock's own context ended, for the steps outside it) and which gin sets
+// again when it reuses the Context for another request. The race detector
+// reports it, with or without ContextWithFallback (and without the guard).
+// Each guard step sets c.Request back before it ends the context it put
+// there, which orders the write it makes, but neither the writes of the
+// steps outside it nor gin's.
 //
 // A handler whose write was refused as stale, or that finds its lock lost,
 // reports it with AbortStale(c, err): the answer is 409 "stale_write" (or

@@ -19,6 +19,8 @@
 //	mechanism: the fence clause (gormplugin)
 //	mutation: "fence <= token" is always true
 //	quick: yes                 (optional: part of the -quick subset)
+//	race: yes                  (optional: its tests run with -race, for a
+//	                            mechanism that orders memory accesses)
 //	test: ./gormplugin/ TestA TestB
 //	test: ./reliability/ TestC
 //	file: gormplugin/clauses.go
@@ -57,15 +59,22 @@ type hunk struct {
 type testSet struct {
 	pkg   string
 	names []string
+	race  bool // run with -race
 }
 
-func (s testSet) String() string { return s.pkg + " " + strings.Join(s.names, " ") }
+func (s testSet) String() string {
+	if s.race {
+		return "-race " + s.pkg + " " + strings.Join(s.names, " ")
+	}
+	return s.pkg + " " + strings.Join(s.names, " ")
+}
 
 type mutant struct {
 	name      string // the file name without .mutant
 	mechanism string
 	mutation  string
 	quick     bool
+	race      bool // its tests run with -race
 	tests     []testSet
 	hunks     []hunk
 }
@@ -214,7 +223,11 @@ var failLine = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
 // failed test named, the package did not build or the run broke.
 func goTest(tree string, ts testSet) (failed []string, out []byte, err error) {
 	pattern := "^(" + strings.Join(ts.names, "|") + ")$"
-	cmd := exec.Command("go", "test", "-trimpath", "-count=1", "-timeout", "5m", "-run", pattern, ts.pkg)
+	args := []string{"test", "-trimpath", "-count=1", "-timeout", "5m"}
+	if ts.race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "-run", pattern, ts.pkg)...)
 	cmd.Dir = tree
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
 	out, err = cmd.CombinedOutput()
@@ -291,6 +304,8 @@ func parse(path string) (*mutant, error) {
 				m.mutation = v
 			case "quick":
 				m.quick = v == "yes"
+			case "race":
+				m.race = v == "yes"
 			case "file":
 				file = v
 			case "test":
@@ -306,6 +321,9 @@ func parse(path string) (*mutant, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
+	}
+	for i := range m.tests {
+		m.tests[i].race = m.race
 	}
 	switch {
 	case state != "":

@@ -184,8 +184,9 @@ func TestCombine_ThreeInstancesSellOneSKUExactly(t *testing.T) {
 func TestCombine_AnInstanceWhoseRedisStallsSellsNothingTwice(t *testing.T) {
 	// One instance's connection to Redis stops delivering (a paused link:
 	// the instance stays up, its database link too) for longer than its
-	// watchdog timeout, in the middle of the sale: its holds are lost
-	// while its batches may be running, and the other two sell on.
+	// watchdog timeout, in the middle of the sale, while one of its batches
+	// runs: that batch's hold is lost while it runs, and the other two
+	// sell on.
 	rs, dsn := testenv.Redis(t), testenv.MySQL(t)
 	proxy, err := faults.NewProxy(rs.Addr)
 	if err != nil {
@@ -205,16 +206,37 @@ func TestCombine_AnInstanceWhoseRedisStallsSellsNothingTwice(t *testing.T) {
 	all := append(ins, victim)
 	const sku, initial, buyers = "combine-stall", 150, 240
 	putProduct(t, ins[0], sku, initial)
+	// The link stalls from inside a batch of the victim, right after a
+	// purchase read the stock under the lock, and the batch goes on only
+	// once the victim's lock Client has found the hold lost (its renewals
+	// cannot get through), as a batch caught in a GC pause would. A stall
+	// timed from the test's start instead found the victim holding nothing
+	// when the machine was loaded (its requests not yet in), and lost no
+	// hold.
+	const stall = 1500 * time.Millisecond
+	var once sync.Once
 	stalled := make(chan struct{})
-	go func() {
-		defer close(stalled)
-		time.Sleep(150 * time.Millisecond)
-		proxy.SetBlackhole(true)
-		time.Sleep(1500 * time.Millisecond)
-		proxy.SetBlackhole(false)
-	}()
+	hook := func() {
+		once.Do(func() {
+			proxy.SetBlackhole(true)
+			start := time.Now()
+			go func() {
+				defer close(stalled)
+				time.Sleep(stall)
+				proxy.SetBlackhole(false)
+			}()
+			for counter(victim, "seckillguard_lock_events_total", "event", "lost") == 0 && time.Since(start) < stall {
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	victim.svc.afterRead.Store(&hook)
 	res := sellCombined(t, urlsOf(all), sku, buyers, 48)
-	<-stalled
+	select {
+	case <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no purchase of the victim read the stock under its lock: the link never stalled")
+	}
 	n := checkExact(t, db, sku, initial, res)
 	lost := counter(victim, "seckillguard_lock_lost_total", "", "")
 	t.Logf("%d orders of %d units; the stalled instance lost %v locks; answers %v", n, initial, lost, res.answers)

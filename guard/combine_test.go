@@ -621,6 +621,55 @@ func TestCombine_EachRequestKeepsItsOwnIdempotencyRecord(t *testing.T) {
 	}
 }
 
+// Inside a batch's turn nobody waits for the first request with its key
+// (WaitForFirst): the first's record is settled only once its batch is
+// over, and the batch waits for this turn. A duplicate taken into the
+// first's batch is answered 409 request_in_progress at once; waiting, it
+// would hold the batch, and the lock, for the whole WaitForFirst.
+func TestCombine_ADuplicateInTheFirstsBatchDoesNotWaitForIt(t *testing.T) {
+	srv := testenv.Redis(t)
+	db := openCombDB(t)
+	lines := watchLines(t)
+	if err := db.Exec("INSERT INTO comb_items (sku, stock, fence) VALUES ('wff', 10, 0)").Error; err != nil {
+		t.Fatal(err)
+	}
+	const waitForFirst = 10 * time.Second
+	gate, started := make(chan struct{}), make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		r.POST("/buy/:sku",
+			func(c *gin.Context) {
+				if c.GetHeader("X-First") != "" {
+					c.Set("before", func(*gin.Context) { close(started); <-gate })
+				}
+			},
+			g.Lock("wff:<sku>", guard.Combining(gormplugin.Batch(db)), guard.MaxBatchTime(time.Minute)),
+			g.Idempotent(guard.Scope("<header:X-User>"), guard.WaitForFirst(waitForFirst)), combBuy(nil))
+	})
+	url := in.srv.URL + "/buy/wff"
+	var first, dup reply
+	var dupTook time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() { first = do(t, "POST", url, "", "X-User", "u", "Idempotency-Key", "k", "X-First", "1") })
+	<-started
+	wg.Go(func() {
+		start := time.Now()
+		dup = do(t, "POST", url, "", "X-User", "u", "Idempotency-Key", "k")
+		dupTook = time.Since(start)
+	})
+	lines.wait(t, "wff:wff", 1)
+	close(gate)
+	wg.Wait()
+	if first.status != http.StatusCreated || dup.status != http.StatusConflict || dup.errorCode() != "request_in_progress" {
+		t.Errorf("first %d %s, duplicate %d %s; want 201 and 409 request_in_progress", first.status, first.body, dup.status, dup.body)
+	}
+	if dupTook > waitForFirst/2 {
+		t.Errorf("the duplicate was answered after %v: it waited for the first request, whose batch waited for it", dupTook)
+	}
+	if count, sum := histogram(t, in.g, "seckillguard_batch_size"); count != 1 || sum != 2 {
+		t.Errorf("batch_size: %d batches, %v requests; want one batch of both", count, sum)
+	}
+}
+
 func TestCombine_OptionsOutOfPlaceAreRefusedAtRegistration(t *testing.T) {
 	g := guard.New(testenv.Redis(t).Client(), guard.WithLogger(quiet))
 	defer g.Close()

@@ -162,6 +162,12 @@ func (g *Guard) follow(cb *combiner, l *line, key string, m *member) bool {
 		msg = <-m.msgs // taken into a batch meanwhile: it says what next
 	case <-wait.C:
 		if cb.leave(l, key, m) {
+			if m.ctx.Err() != nil {
+				// The client went away as the wait ran out: it is not
+				// busy.
+				abort(m.c, answerClientGone, r.retryAfter)
+				return false
+			}
 			method, routeName := routeOf(m.c)
 			g.metrics.busy.WithLabelValues(method, routeName).Inc()
 			abortBusy(m.c, r)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,6 +117,25 @@ func (s *countSession) counts() (begins, commits, ends int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.begins, s.commits, s.ends
+}
+
+// counter returns the sum of a counter's series of g.
+func counter(t *testing.T, g *guard.Guard, name string) (sum float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(g.Collector())
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // histogram returns the sample count and sum of a histogram series of g.
@@ -667,6 +687,48 @@ func TestCombine_ADuplicateInTheFirstsBatchDoesNotWaitForIt(t *testing.T) {
 	}
 	if count, sum := histogram(t, in.g, "seckillguard_batch_size"); count != 1 || sum != 2 {
 		t.Errorf("batch_size: %d batches, %v requests; want one batch of both", count, sum)
+	}
+}
+
+// A request that waits in a combining line and whose client is gone is
+// answered as a request whose client went away, never busy, also when its
+// wait ran out at the same time: a cancelled caller is never reported as
+// busy (nor counted in lock_busy_total).
+func TestCombine_ACancelledRequestInLineIsNeverBusy(t *testing.T) {
+	srv := testenv.Redis(t)
+	lines := watchLines(t)
+	gate, started := make(chan struct{}), make(chan struct{})
+	in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+		// Wait(0): a request in line has waited all it may as soon as it
+		// is there.
+		r.POST("/buy/:sku", g.Lock("gone:<sku>", guard.Combining(&countSession{}), guard.Wait(0)), func(c *gin.Context) {
+			if c.GetHeader("X-First") != "" {
+				close(started)
+				<-gate
+			}
+			c.Status(http.StatusCreated)
+		})
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { do(t, "POST", in.srv.URL+"/buy/1", "", "X-First", "1") })
+	<-started
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	answers := map[int]int{}
+	for range 40 {
+		req := httptest.NewRequestWithContext(gone, http.MethodPost, "/buy/1", nil)
+		rec := newRecorder()
+		in.r.ServeHTTP(rec, req)
+		answers[rec.Code]++
+	}
+	lines.wait(t, "gone:1", 0)
+	close(gate)
+	wg.Wait()
+	if answers[guard.StatusClientClosedRequest] != 40 {
+		t.Errorf("requests whose client was gone, waiting in line: answered %v; want 499 for all 40", answers)
+	}
+	if n := counter(t, in.g, "seckillguard_lock_busy_total"); n != 0 {
+		t.Errorf("lock_busy_total %v; want 0: no caller was busy", n)
 	}
 }
 

@@ -269,19 +269,9 @@ func (g *Guard) lead(cb *combiner, l *line, key string, m *member, lockOpts []lo
 // away during its turn: it is taken with a context of its own, which m's
 // request ending cancels only while the lock is being waited for.
 func (g *Guard) holdFor(m *member, mu *lock.Mutex, wait time.Duration, opts []lock.LockOption) (context.Context, error) {
-	base, cancel := context.WithCancelCause(context.Background())
-	stop := context.AfterFunc(m.ctx, func() { cancel(context.Cause(m.ctx)) })
-	hold, err := mu.TryLock(base, wait, opts...)
-	if !stop() && err == nil {
-		// m's request ended as the lock was taken: the hold is already
-		// ending with it; m answers as a request that went away.
-		_ = mu.Unlock(hold)
-		return nil, context.Cause(m.ctx)
-	}
-	if err != nil {
-		cancel(nil)
-	}
-	return hold, err
+	return takeBeyond(m.ctx, context.Background(), func(ctx context.Context) (context.Context, error) {
+		return mu.TryLock(ctx, wait, opts...)
+	}, func(hold context.Context) { _ = mu.Unlock(hold) })
 }
 
 // runBatch runs the batch that m leads under hold: m's own turn first, then

@@ -119,10 +119,11 @@ func (g *Guard) claimKey(c *gin.Context, st *request, r *route, cl *claim, bg co
 // by a semaphore permit of the Guard's lock Client, renewed by its
 // watchdog, and a request that finds it in progress waits for the permit
 // (woken when it is released) and then replays the answer stored
-// meanwhile. The permit is taken with the request's own context (st.base),
-// so that it lasts until the record is settled; inside a combining batch's
-// turn nobody waits (the batch would wait with it): a request that finds the
-// key in progress there is answered 409 at once.
+// meanwhile. The permit lasts until the record is settled, whatever the
+// steps inside do to the request's context (a batch's turn ends before its
+// batch commits) and also when the client goes away (permitFor); inside a
+// combining batch's turn nobody waits (the batch would wait with it): a
+// request that finds the key in progress there is answered 409 at once.
 func (g *Guard) claimWaiting(c *gin.Context, st *request, r *route, cl *claim, bg context.Context, endBegin func(StepResult), run func()) (_ context.Context, ok bool) {
 	ic := cl.ic
 	cur := c.Request.Context()
@@ -153,10 +154,10 @@ func (g *Guard) claimWaiting(c *gin.Context, st *request, r *route, cl *claim, b
 	// namespace: the lock Client applies it.
 	sem := g.locks.Semaphore(recordPrefix+"{"+cl.id+"}", 1)
 	claimed := time.Now()
-	permit, err := sem.TryAcquire(st.base, wait)
+	permit, err := permitFor(sem, st.base, wait)
 	waited := time.Since(claimed)
 	switch {
-	case err != nil && cur.Err() != nil:
+	case err != nil && (cur.Err() != nil || st.base.Err() != nil):
 		endBegin(StepResult{Outcome: OutcomeCancelled, Wait: waited, Err: err})
 		abort(c, answerClientGone, r.retryAfter)
 		return nil, false
@@ -176,19 +177,13 @@ func (g *Guard) claimWaiting(c *gin.Context, st *request, r *route, cl *claim, b
 		return nil, false
 	}
 	// The rest of the chain runs with the request's current context,
-	// cancelled when the permit is lost; without steps in between, that is
-	// the permit's own context.
-	ctx, cancel, stop := permit, context.CancelCauseFunc(nil), func() bool { return true }
-	if cur != st.base {
-		ctx, cancel = context.WithCancelCause(cur)
-		stop = context.AfterFunc(permit, func() { cancel(context.Cause(permit)) })
-	}
+	// cancelled when the permit is lost.
+	ctx, cancel := context.WithCancelCause(cur)
+	stop := context.AfterFunc(permit, func() { cancel(context.Cause(permit)) })
 	cl.ctx = permit
 	cl.release = func() {
 		stop()
-		if cancel != nil {
-			cancel(nil)
-		}
+		cancel(nil)
 		if uerr := sem.Release(permit); uerr != nil && !errors.Is(uerr, lock.ErrLost) {
 			g.log.ErrorContext(st.base, "guard: releasing an idempotency key failed; it frees itself with its lease", "route", cl.route, "key", cl.recKey, "err", uerr)
 		}
@@ -212,6 +207,18 @@ func (g *Guard) claimWaiting(c *gin.Context, st *request, r *route, cl *claim, b
 	}
 	endBegin(StepResult{Outcome: OutcomeExecute, Wait: waited})
 	return ctx, true
+}
+
+// permitFor takes a permit of sem for the request whose context is base,
+// waiting at most wait. The permit must not end with the request: it holds
+// the key until the request's record is settled, and a handler whose client
+// went away may still be doing the work (a retry must not run it again
+// meanwhile). The settling releases it; a dead instance's ends with its
+// lease.
+func permitFor(sem *lock.Semaphore, base context.Context, wait time.Duration) (context.Context, error) {
+	return takeBeyond(base, context.WithoutCancel(base), func(ctx context.Context) (context.Context, error) {
+		return sem.TryAcquire(ctx, wait)
+	}, func(permit context.Context) { _ = sem.Release(permit) })
 }
 
 // idemUnavailable answers a request whose record or key Redis did not

@@ -120,3 +120,24 @@ func (g *Guard) lockFailed(c *gin.Context, r *route, method, routeName, key stri
 		abort(c, answerLockDown, r.retryAfter)
 	}
 }
+
+// takeBeyond takes, with take, what must outlive the request whose context
+// is req (a batch's lock, a key's permit): it is taken with a context of its
+// own, derived from own (which never ends: context.Background, or
+// context.WithoutCancel(req) to keep the request's values for the lock's
+// log lines), that req ending cancels only while take waits. When req ends
+// just as take succeeds, release gives back what was taken, and the error
+// is req's cause: the request is answered as one whose client went away.
+func takeBeyond(req, own context.Context, take func(context.Context) (context.Context, error), release func(context.Context)) (context.Context, error) {
+	ctx, cancel := context.WithCancelCause(own)
+	stop := context.AfterFunc(req, func() { cancel(context.Cause(req)) })
+	got, err := take(ctx)
+	if !stop() && err == nil {
+		release(got)
+		return nil, context.Cause(req)
+	}
+	if err != nil {
+		cancel(nil)
+	}
+	return got, err
+}

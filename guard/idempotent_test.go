@@ -708,3 +708,75 @@ func TestIdempotent_InProgressLeaseFollowsTheWatchdogTimeout(t *testing.T) {
 		t.Fatalf("the in-progress key lives %v, want at most the watchdog timeout 600ms", ttl)
 	}
 }
+
+// A request holds its key until its record is settled, also when its client
+// goes away while the handler runs: a client that gives up and retries with
+// the same key must not run the handler a second time beside the first,
+// which may still commit. The retry is answered 409 (after WaitForFirst, on
+// a route that waits), and once the first is done, replayed its answer.
+// On a route that WaitForFirst the key is held by a semaphore permit, which
+// used to end with the client's request: the retry took the key over and
+// ran.
+func TestIdempotent_AKeyStaysClaimedWhenTheClientGoesAway(t *testing.T) {
+	srv := testenv.Redis(t)
+	for name, opts := range map[string][]guard.RouteOption{
+		"in-progress marker": nil,
+		"WaitForFirst":       {guard.WaitForFirst(300 * time.Millisecond)},
+	} {
+		key := "gone-" + strings.ReplaceAll(name, " ", "-")
+		t.Run(name, func(t *testing.T) {
+			var runs atomic.Int32
+			gone, release := make(chan struct{}), make(chan struct{})
+			finished := make(chan struct{})
+			in := newInstance(t, srv, func(g *guard.Guard, r *gin.Engine) {
+				r.POST("/pay", g.Idempotent(append([]guard.RouteOption{guard.Unscoped()}, opts...)...), func(c *gin.Context) {
+					defer func() {
+						if recover() != nil {
+							t.Error("handler panicked")
+						}
+					}()
+					if runs.Add(1) == 1 {
+						defer close(finished)
+						<-c.Request.Context().Done() // its client went away
+						close(gone)
+						<-release // its work goes on, as a commit already sent does
+					}
+					c.JSON(http.StatusCreated, gin.H{"run": runs.Load()})
+				})
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, in.srv.URL+"/pay", strings.NewReader(`{}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", key)
+			errc := make(chan error, 1)
+			go func() {
+				resp, err := client.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				errc <- err
+			}()
+			eventually(t, func() bool { return runs.Load() == 1 })
+			cancel()
+			<-errc
+			select {
+			case <-gone:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the server did not see the client go away")
+			}
+			r := do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", key)
+			if r.status != http.StatusConflict || r.errorCode() != "request_in_progress" || runs.Load() != 1 {
+				t.Errorf("retry while the first still runs: %d %s (runs %d); want 409 request_in_progress and one run", r.status, r.body, runs.Load())
+			}
+			close(release)
+			<-finished
+			eventually(t, func() bool {
+				r = do(t, "POST", in.srv.URL+"/pay", `{}`, "Idempotency-Key", key)
+				return r.header.Get(guard.ReplayedHeader) == "true"
+			})
+			if r.status != http.StatusCreated || string(r.body) != `{"run":1}` || runs.Load() != 1 {
+				t.Errorf("retry after the first: %d %s (runs %d); want its 201 replayed", r.status, r.body, runs.Load())
+			}
+		})
+	}
+}

@@ -26,9 +26,10 @@ import (
 // It lives on the gin context, for the request's goroutine only.
 type request struct {
 	// base is the request's context when its first step began: an
-	// idempotency key is claimed with it, so that the claim lasts until the
+	// idempotency key is claimed for it, so that the claim lasts until the
 	// record is settled whatever the steps inside do to the request's
-	// context (a batch's turn ends before its batch commits).
+	// context (a batch's turn ends before its batch commits); the claim
+	// outlives base too, when the client goes away while the handler runs.
 	base  context.Context
 	depth int // steps begun and not yet ended
 

@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net/http"
@@ -53,6 +54,29 @@ func Example() {
 	// 201 {"fenced":true,"locked":"sku:42"}
 	// 200 ok
 	// 201 order:o-7
+}
+
+// One Guard per process, one line per route: the instances of the service
+// then run the purchases of a SKU one at a time, and answer 429 when the
+// lock stays busy for the wait (2s by default). Ping at boot finds a wrong
+// Redis address there rather than in the first requests' 503s.
+func ExampleGuard_Lock() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	g := guard.New(rdb, guard.WithNamespace("shop")) // "shop:" before every key it writes
+	defer g.Close()
+	if err := g.Ping(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	r := gin.New()
+	r.POST("/api/seckill/:sku", g.Lock("sku:<sku>"), func(c *gin.Context) {
+		// c.Request.Context() holds the lock and its fencing token: give it to
+		// the database, db.WithContext(c.Request.Context()), to fence the writes.
+		c.JSON(http.StatusCreated, gin.H{"locked": guard.RedisKey(c)})
+	})
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest("POST", "/api/seckill/42", nil))
+	fmt.Println(w.Code, w.Body.String())
+	// Output: 201 {"locked":"shop:sku:42"}
 }
 
 // The server in front of the middleware bounds how long a client may take

@@ -32,9 +32,7 @@ func Example() {
 	}
 	defer m.Unlock(ctx)
 
-	// ctx is cancelled with cause lock.ErrLost if the lock is ever lost, and
-	// carries the fencing token that storage uses to refuse stale writes.
-	token, _ := fencing.FromContext(ctx)
+	token, _ := fencing.FromContext(ctx) // for the database to refuse stale writes
 	fmt.Println("holding sku:42, token issued:", token > 0)
 	// Output: holding sku:42, token issued: true
 }

@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -252,5 +255,85 @@ func TestDemo_TextRunFitsEightyColumns(t *testing.T) {
 	wantFits(t, progress.String())
 	if !strings.Contains(out.String(), "answered 429") || !strings.Contains(out.String(), "In the database after each sale") {
 		t.Errorf("the text output lacks its tables or the 429 line:\n%s", out.String())
+	}
+}
+
+// TestDemo_TheREADMEsSamplesAreWhatItPrints: every sample of the demo's
+// tables in README.md and example-seckill/README.md says what each mode
+// does, has a row for every mode in each of its tables, and has around its
+// numbers the lines the demo prints now, headers and footnotes alike. A
+// sample of an older demo (fewer modes, no legend, other columns) fails.
+func TestDemo_TheREADMEsSamplesAreWhatItPrints(t *testing.T) {
+	t.Parallel()
+	var results []modeResult
+	for _, m := range allModes {
+		results = append(results, modeResult{mode: m, initial: 100, answers: map[string]int{}})
+	}
+	var out bytes.Buffer
+	printTable(&out, results)
+	rowMode := func(line string) (Mode, bool) {
+		for _, m := range allModes {
+			if strings.HasPrefix(line, string(m)+" ") {
+				return m, true
+			}
+		}
+		return "", false
+	}
+	columns := regexp.MustCompile(`\s{2,}`)
+	var headers [][]string
+	printed := map[string]bool{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		switch _, isRow := rowMode(line); {
+		case strings.HasPrefix(line, "mode "):
+			headers = append(headers, columns.Split(line, -1))
+		case !isRow:
+			printed[line] = true
+		}
+	}
+	summary := regexp.MustCompile(`^(No request was answered 429\.|\d+ requests were answered 429 \(busy\) and asked again\.)$`)
+
+	for _, path := range []string{"README.md", "../README.md"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples := 0
+		for _, block := range strings.Split(string(b), "```")[1:] {
+			start := strings.Index(block, "The sales, one per mode:\n")
+			if !strings.Contains(block, "In the database after each sale:\n") {
+				continue
+			}
+			samples++
+			if start < 0 {
+				t.Errorf("%s: a sample of the demo without the line of each mode (\"The sales, one per mode:\"):\n%s", path, block)
+				continue
+			}
+			tables, rows := 0, map[Mode]int{}
+			for _, line := range strings.Split(strings.TrimRight(block[start:], "\n"), "\n") {
+				m, isRow := rowMode(line)
+				switch {
+				case strings.HasPrefix(line, "mode "):
+					if got := columns.Split(line, -1); tables >= len(headers) || !slices.Equal(got, headers[tables]) {
+						t.Errorf("%s: table header %q; the demo prints %q", path, got, headers)
+					}
+					tables++
+				case isRow:
+					rows[m]++
+				case !printed[line] && !summary.MatchString(line):
+					t.Errorf("%s: the demo prints no line %q", path, line)
+				}
+			}
+			for _, m := range allModes {
+				if !strings.Contains(block, "\n  "+m.legend()+"\n") {
+					t.Errorf("%s: a sample of the demo without the legend of mode %s", path, m)
+				}
+				if rows[m] != tables {
+					t.Errorf("%s: mode %s has %d rows in a sample of %d tables", path, m, rows[m], tables)
+				}
+			}
+		}
+		if samples == 0 {
+			t.Errorf("%s shows no sample of the demo's tables", path)
+		}
 	}
 }

@@ -186,21 +186,21 @@ func purchase(t *testing.T, url, user string) string {
 // guide:end instance
 
 // TestGuide_TwoInstancesSellTheStockExactlyOnce runs the guide's route on two
-// instances, as docs/GUIDE.md says to test it: 150 buyers, a fifth of them
-// clicking twice, round robin over both, on 20 units. Exactly 20 orders, none
-// twice for a user, stock 0, and no answer but the guide's.
+// instances, as docs/GUIDE.md says to test it: 120 buyers, a fifth of them
+// clicking twice, round robin over both, on 100 units. Exactly 100 orders,
+// none twice for a user, stock 0, and no answer but the guide's.
 func TestGuide_TwoInstancesSellTheStockExactlyOnce(t *testing.T) {
 	redisAddr, dsn := testenv.Redis(t).Addr, testenv.MySQL(t)
 	// guide:begin test
 	a, _ := shopInstance(t, redis.NewClient(&redis.Options{Addr: redisAddr}), dsn)
 	b, _ := shopInstance(t, redis.NewClient(&redis.Options{Addr: redisAddr}), dsn)
 	db := openShopDB(t, dsn)
-	db.Create(&Product{SKU: "sku-1", Stock: 20})
+	db.Create(&Product{SKU: "sku-1", Stock: 100})
 
 	var mu sync.Mutex
 	answers := map[string]int{}
 	var wg sync.WaitGroup
-	for i := range 150 {
+	for i := range 120 {
 		clicks := 1 + i%5/4 // every fifth buyer clicks twice
 		for range clicks {
 			wg.Go(func() {
@@ -222,7 +222,7 @@ func TestGuide_TwoInstancesSellTheStockExactlyOnce(t *testing.T) {
 	db.Model(&Order{}).Count(&orders)
 	db.Model(&Order{}).Distinct("user_id").Count(&buyers)
 	db.Where("sku = ?", "sku-1").Take(&p)
-	if orders != 20 || buyers != 20 || p.Stock != 0 || answers["201"] != 20 {
+	if orders != 100 || buyers != 100 || p.Stock != 0 || answers["201"] != 100 {
 		t.Errorf("orders %d, buyers %d, stock left %d, answers %v", orders, buyers, p.Stock, answers)
 	}
 	// guide:end test
@@ -231,8 +231,8 @@ func TestGuide_TwoInstancesSellTheStockExactlyOnce(t *testing.T) {
 			t.Errorf("%d answers %q, which the guide does not promise (all: %v)", n, a, answers)
 		}
 	}
-	if n := answers["201"] + answers["409 sold_out"] + answers["409 already_purchased"]; n != 180 {
-		t.Errorf("%d of 180 clicks answered 201 or 409: %v", n, answers)
+	if n := answers["201"] + answers["409 sold_out"] + answers["409 already_purchased"]; n != 144 {
+		t.Errorf("%d of 144 clicks answered 201 or 409: %v", n, answers)
 	}
 }
 
@@ -287,7 +287,10 @@ func TestGuide_EachAnswerAsTheGuideSaysIt(t *testing.T) {
 	late := make(chan string, 1)
 	go func() { late <- purchase(t, a+"/api/seckill/sku-3", "u1") }()
 	rdb := redisServer.Client()
-	for rdb.Exists(ctx, "shop:sku:sku-3").Val() == 0 { // a holds the lock
+	for deadline := time.Now().Add(10 * time.Second); rdb.Exists(ctx, "shop:sku:sku-3").Val() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("instance a's request never took the lock of sku-3")
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	rdb.Del(ctx, "shop:sku:sku-3")

@@ -67,8 +67,9 @@ func WithToken(ctx context.Context, t Token) context.Context {
 // whose context does not hand out the values of the request's context.
 // Gin's *gin.Context answers string keys from c.Keys whatever its
 // ContextWithFallback says, so guard.Lock does c.Set(fencing.ContextKey,
-// lockCtx), and db.WithContext(c) finds the token through FromContext. A
-// string, because the framework looks up only string keys there.
+// lockCtx), and FromContext(c) finds the token. A string, because the
+// framework looks up only string keys there. (Give a database the request's
+// own context, db.WithContext(c.Request.Context()), not c: see guard.Lock.)
 const ContextKey = "seckillguard/fencing.lockContext"
 
 // FromContext returns the token of the innermost lock held by ctx, and

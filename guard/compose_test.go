@@ -16,7 +16,7 @@ import (
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 )
 
-// The README's first composition: a router-level Lock that combines, and a
+// A composition docs/HTTP.md describes: a router-level Lock that combines, and a
 // per-route Idempotent. A request whose batch did not commit (its COMMIT
 // failed, or the lock was lost during a later request's turn) is answered
 // 503 or 409, nothing of it is in the database, and its retry with the same

@@ -172,8 +172,18 @@ func (g *Guard) claimWaiting(c *gin.Context, st *request, r *route, cl *claim, b
 		idem.WithLabelValues(cl.method, cl.route, "in_progress").Inc()
 		abort(c, answerKeyInProgress, r.retryAfter)
 		return nil, false
-	case err != nil:
+	case errors.Is(err, lock.ErrUnavailable):
 		g.idemUnavailable(c, r, cl, err, endBegin, waited, run)
+		return nil, false
+	case err != nil:
+		// The permit failed for another reason than an outage of Redis
+		// (the lock Client closed): unavailable, but a FailOpen route
+		// does not run unguarded for it.
+		endBegin(StepResult{Outcome: OutcomeUnavailable, Wait: waited, Err: err})
+		g.metrics.redisDown.WithLabelValues(cl.method, cl.route, "closed").Inc()
+		g.log.ErrorContext(cur, "guard: idempotency unavailable", "route", cl.route, "err", err)
+		_ = c.Error(err)
+		abort(c, answerIdemDown, r.retryAfter)
 		return nil, false
 	}
 	// The rest of the chain runs with the request's current context,

@@ -94,7 +94,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		lockOpts = append(lockOpts, lock.WithNamespace(o.namespace))
 	}
 	locks := lock.New(rdb, append(lockOpts, o.lockOpts...)...)
-	if err := lockClientError(locks); err != nil {
+	if err := locks.Err(); err != nil {
 		panic(fmt.Errorf("guard: WithLockOptions: %w", err))
 	}
 	if o.nsSet && locks.Namespace() != o.namespace {
@@ -115,18 +115,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		hook:         o.hook,
 		recordPrefix: locks.Key(recordPrefix),
 	}
-}
-
-// lockClientError returns the error every operation of locks would fail
-// with because of how it was made (a lock.WithNamespace with a brace, a
-// watchdog timeout under 30ms, ...), or nil. Package lock reports such an
-// error only when the Client is used: asking the hold count of a lock with
-// a context that holds none is such a use, and costs no round trip.
-func lockClientError(locks *lock.Client) error {
-	if _, err := locks.Mutex("seckillguard:guard").HoldCount(context.Background()); errors.Is(err, lock.ErrInvalid) {
-		return err
-	}
-	return nil
 }
 
 // Namespace returns the namespace in front of every key the Guard writes

@@ -103,15 +103,17 @@ func (g *Guard) lockFailed(c *gin.Context, r *route, method, routeName, key stri
 		g.log.ErrorContext(c.Request.Context(), "guard: the lock refused the request's key or the Guard's configuration", "route", routeName, "key", g.locks.Key(key), "err", err)
 		_ = c.Error(err)
 		abort(c, answerInternal, r.retryAfter)
-	case r.failOpen:
+	case r.failOpen && errors.Is(err, lock.ErrUnavailable):
 		res.Outcome = OutcomeFailOpen
 		endStep(res)
 		g.metrics.redisDown.WithLabelValues(method, routeName, "open").Inc()
 		g.log.WarnContext(c.Request.Context(), "guard: lock unavailable; the route fails open and runs unprotected", "route", routeName, "key", g.locks.Key(key), "err", err)
 		failOpen()
 	default:
-		// Every other error is Redis's. (When package lock has a sentinel
-		// for an unreachable Redis, this case becomes errors.Is on it.)
+		// Redis unreachable (lock.ErrUnavailable), or a lock that cannot
+		// serve for another reason (its Client closed while the service
+		// shuts down, too few replicas): never contention, and a route
+		// fails open only for an outage of Redis itself.
 		res.Outcome = OutcomeUnavailable
 		endStep(res)
 		g.metrics.redisDown.WithLabelValues(method, routeName, "closed").Inc()

@@ -315,8 +315,10 @@ func RetryAfter(d time.Duration) RouteOption {
 }
 
 // FailOpen lets requests through without the lock (or without idempotency)
-// when Redis cannot be reached, instead of answering 503. Default: fail
-// closed. Only for routes where a duplicate costs less than an outage.
+// when Redis cannot be reached (lock.ErrUnavailable), instead of answering
+// 503. A lock Client that fails for another reason (closed) still answers
+// 503. Default: fail closed. Only for routes where a duplicate costs less
+// than an outage.
 func FailOpen() RouteOption {
 	return func(r *route) { r.failOpen = true }
 }

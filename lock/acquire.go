@@ -18,11 +18,12 @@ import (
 // carries, and the checks and script arguments every kind starts with.
 
 // A handle is what every lock value starts its operations with: its Client,
-// its name (for errors) and what was wrong with it when it was made, which
-// every operation reports.
+// its name and what was wrong with it when it was made, which every
+// operation reports.
 type handle struct {
 	c        *Client
-	name     string
+	name     string // the full Redis name, namespace included: errors and logs show it
+	given    string // the name as given: Name returns it
 	checkErr error
 }
 
@@ -207,7 +208,7 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	}
 	h.handed = false
 	if c.closed() && c.holds.lose(h) {
-		h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
+		h.end(closedError(h.name))
 	}
 	if cause := context.Cause(h.ctx); h.fixed && errors.Is(cause, ErrLost) && c.holds.lose(h) {
 		h.end(cause) // its lease ran out before it was pinned (see expireAt)

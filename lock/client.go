@@ -146,7 +146,7 @@ func (c *Client) Close() error {
 		c.subs.close()
 		for _, h := range c.holds.held() {
 			if c.holds.lose(h) {
-				h.end(fmt.Errorf("lock %q: %w: %w", h.name, ErrLost, ErrClosed))
+				h.end(closedError(h.name))
 			}
 		}
 	})
@@ -163,6 +163,14 @@ func (c *Client) closed() bool {
 		return false
 	}
 }
+
+// Err reports whether the Client can be used: nil when it can, otherwise
+// the error every operation of it fails with: one wrapping ErrInvalid when
+// New was given no Redis client or a bad option (a namespace with a brace,
+// too short a watchdog timeout), ErrClosed once Close was called. It does no
+// I/O: a Redis that cannot be reached is reported, with ErrUnavailable, by
+// the operations that need it.
+func (c *Client) Err() error { return c.usable() }
 
 // usable returns the error every operation of c starts with, if any.
 func (c *Client) usable() error {

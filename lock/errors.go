@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/ctxend"
@@ -54,9 +55,19 @@ var (
 	// or malformed lock name, a negative wait, a lease or timeout that is not
 	// positive.
 	ErrInvalid error = &refusal{"lock: invalid argument"}
+
+	// ErrUnavailable reports a Redis that could not be reached or could not
+	// serve the call (a refused or broken connection, a timeout, a node that
+	// is loading, read-only or without its Cluster slots): an outage, not
+	// contention. The error keeps its cause, so errors.Is matches both
+	// ErrUnavailable and, say, a *net.OpError or context.DeadlineExceeded of
+	// go-redis's read timeout. A caller whose own context ended gets that
+	// context's error instead.
+	ErrUnavailable = errors.New("lock: redis unavailable")
 )
 
-// wrap adds the lock name to err: `lock "sku:42": lock: not acquired`.
+// wrap adds the lock's name to err: `lock "ns:sku:42": not acquired`. name
+// is the lock's full Redis name, the Client's namespace included.
 func wrap(name string, err error) error {
 	return &nameError{name: name, err: err}
 }
@@ -68,8 +79,76 @@ type nameError struct {
 	err  error
 }
 
-func (e *nameError) Error() string { return "lock " + strconv.Quote(e.name) + ": " + e.err.Error() }
+func (e *nameError) Error() string { return "lock " + strconv.Quote(e.name) + ": " + text(e.err) }
 func (e *nameError) Unwrap() error { return e.err }
+
+// text is err's message without the package's "lock: " in front, for an
+// error that follows a lock's name or another error of the package.
+func text(err error) string {
+	return strings.TrimPrefix(err.Error(), "lock: ")
+}
+
+// chain is err because of cause: its message reads "err: cause" without a
+// second "lock: ", and errors.Is and errors.As find both.
+type chain struct{ err, cause error }
+
+func (e *chain) Error() string   { return e.err.Error() + ": " + text(e.cause) }
+func (e *chain) Unwrap() []error { return []error{e.err, e.cause} }
+
+// because returns err with cause kept beside it (see chain).
+func because(err, cause error) error { return &chain{err: err, cause: cause} }
+
+// unavailable returns err, a failure of a Redis call, as an outage that
+// matches ErrUnavailable with err as its cause, when it is one: anything but
+// an error of this package, the end of the caller's context and an error
+// reply of the server other than one that says it cannot serve now
+// (LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY). Other error
+// replies (a script error, a key of another type) are returned as they are.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || ours(err) {
+		return err
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) && !unservable(reply.Error()) {
+		return err
+	}
+	return &outage{cause: err}
+}
+
+// An outage is a Redis call's failure err that matches ErrUnavailable.
+type outage struct{ cause error }
+
+func (e *outage) Error() string   { return text(ErrUnavailable) + ": " + e.cause.Error() }
+func (e *outage) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
+
+// noted is err with what failed in front: "unlock: not held", without the
+// package's "lock: " in the middle.
+func noted(what string, err error) error { return &note{what: what, err: err} }
+
+type note struct {
+	what string
+	err  error
+}
+
+func (e *note) Error() string { return e.what + ": " + text(e.err) }
+func (e *note) Unwrap() error { return e.err }
+
+// unservable reports whether a Redis error reply says the server cannot
+// serve the call now, rather than that the call was wrong.
+func unservable(msg string) bool {
+	for _, p := range [...]string{"LOADING ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "BUSY ", "NOREPLICAS "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// ours reports whether err is, or wraps, a sentinel of this package.
+func ours(err error) bool {
+	var no *refusal
+	return errors.As(err, &no) || errors.Is(err, ErrLost) || errors.Is(err, ErrReleased) || errors.Is(err, ErrNotHeld)
+}
 
 // noContext is the error of an operation on the lock called name that was
 // given a nil context: bad input, never a panic.
@@ -87,7 +166,7 @@ func ctxErr(name string, ctx context.Context) error {
 	if cause == nil || cause == err {
 		return wrap(name, err)
 	}
-	return fmt.Errorf("lock %q: %w: %w", name, err, cause)
+	return wrap(name, because(err, cause))
 }
 
 // notAcquired is the error of a wait that ran out: ErrNotAcquired, unless
@@ -104,12 +183,18 @@ func failed(ctx context.Context, name string, err error) error {
 	if ctxend.Ended(ctx) {
 		return ctxErr(name, ctx)
 	}
-	return wrap(name, err)
+	return wrap(name, unavailable(err))
 }
 
 // lostError is the cause of a lost hold's context.
 func lostError(name, why string) error {
-	return fmt.Errorf("lock %q: %w: %s", name, ErrLost, why)
+	return wrap(name, fmt.Errorf("%w: %s", ErrLost, why))
+}
+
+// closedError is the cause of a hold of the lock called name that its
+// Client's Close ended.
+func closedError(name string) error {
+	return wrap(name, because(ErrLost, ErrClosed))
 }
 
 // outcomeUnknown reports whether a command that failed with err may have been

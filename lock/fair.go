@@ -73,7 +73,7 @@ func (f *FairMutex) Name() string {
 	if f == nil {
 		return ""
 	}
-	return f.m.name
+	return f.m.given
 }
 
 func (f *FairMutex) usable() error {

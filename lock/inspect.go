@@ -117,14 +117,14 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 		derived(readersPrefix, key), derived(writersPrefix, key)}
 	raw, err := c.run(ctx, inspectScript, keys, InspectLimit).Slice()
 	if err != nil {
-		return nil, wrap(name, err)
+		return nil, wrap(key, unavailable(err))
 	}
 	in, err := parseInspection(name, key, raw)
 	if err != nil {
-		return nil, wrap(name, err)
+		return nil, wrap(key, err)
 	}
 	if err := c.countSubscribers(ctx, in); err != nil {
-		return nil, wrap(name, err)
+		return nil, wrap(key, unavailable(err))
 	}
 	return in, nil
 }

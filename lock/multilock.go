@@ -74,12 +74,14 @@ func (c *Client) MultiLock(names ...string) *MultiLock {
 		return ml
 	}
 	seen := make(map[string]bool)
+	full := make([]string, 0, len(names))
 	for _, n := range names {
 		m := newMutex(c, n)
 		if m.checkErr != nil {
 			ml.checkErr = m.checkErr
 			return ml
 		}
+		full = append(full, m.key)
 		if !seen[m.key] {
 			seen[m.key] = true
 			ml.locks = append(ml.locks, m)
@@ -101,6 +103,7 @@ func (c *Client) MultiLock(names ...string) *MultiLock {
 		ml.groups[len(ml.groups)-1] = append(ml.groups[len(ml.groups)-1], m)
 	}
 	ml.id = strings.Join(keys, "\x00")
+	ml.name = strings.Join(full, ", ") // the full names, as given: errors and logs show them
 	return ml
 }
 
@@ -111,7 +114,7 @@ func (ml *MultiLock) Names() []string {
 	}
 	out := make([]string, len(ml.locks))
 	for i, m := range ml.locks {
-		out[i] = m.name
+		out[i] = m.given
 	}
 	return out
 }

@@ -48,7 +48,7 @@ type Mutex struct {
 }
 
 func newMutex(c *Client, name string) *Mutex {
-	m := &Mutex{handle: handle{c: c, name: name}}
+	m := &Mutex{handle: handle{c: c, name: name, given: name}}
 	if c == nil {
 		m.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
 		return m
@@ -58,6 +58,7 @@ func newMutex(c *Client, name string) *Mutex {
 		return m
 	}
 	m.key = c.key(name)
+	m.name = m.key
 	m.checkErr = checkName(m.key)
 	m.unlockCh = derived(channelPrefix, m.key)
 	token, line := derived(tokenPrefix, m.key), derived(queuePrefix, m.key)
@@ -72,7 +73,7 @@ func newMutex(c *Client, name string) *Mutex {
 }
 
 // Name returns the lock's name as given to Client.Mutex.
-func (m *Mutex) Name() string { return m.name }
+func (m *Mutex) Name() string { return m.given }
 
 // usable returns the error every operation starts with, if any.
 func (m *Mutex) usable() error {
@@ -255,7 +256,7 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	}
 	n, err := m.c.rdb.Exists(ctx, m.key).Result()
 	if err != nil {
-		return false, wrap(m.name, err)
+		return false, wrap(m.name, unavailable(err))
 	}
 	return n == 1, nil
 }
@@ -288,7 +289,7 @@ func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, 
 		return 0, nil
 	}
 	if err != nil {
-		return 0, wrap(name, err)
+		return 0, wrap(name, unavailable(err))
 	}
 	return n, nil
 }
@@ -305,7 +306,7 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	d, err := m.c.rdb.PTTL(ctx, m.key).Result()
 	if err != nil {
-		return 0, wrap(m.name, err)
+		return 0, wrap(m.name, unavailable(err))
 	}
 	if d == -2*time.Nanosecond || d == -2*time.Millisecond {
 		return 0, nil
@@ -326,7 +327,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	n, err := m.c.run(ctx, forceUnlockScript, m.freeKeys, m.c.publish).Int64()
 	if err != nil {
-		return false, wrap(m.name, err)
+		return false, wrap(m.name, unavailable(err))
 	}
 	return n == 1, nil
 }

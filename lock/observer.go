@@ -55,8 +55,9 @@ type Event struct {
 	Type EventType
 	// Kind is the kind of lock, one of Kinds: a bounded label value.
 	Kind string
-	// Name is the lock's name: for logs and traces, never a metric label
-	// (names derived from requests are unbounded).
+	// Name is the lock's full Redis name, the Client's namespace included
+	// (Client.Key): for logs and traces, never a metric label (names
+	// derived from requests are unbounded).
 	Name  string
 	Token fencing.Token // the hold's fencing token (0 for kinds without one)
 	Wait  time.Duration // EventAcquired: how long the acquisition took

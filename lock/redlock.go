@@ -84,7 +84,7 @@ type redHold struct {
 // independent Redis master. It does no I/O; no clients, a nil or repeated
 // Client or an invalid name is reported by the first operation (ErrInvalid).
 func NewRedLock(name string, clients ...*Client) *RedLock {
-	r := &RedLock{handle: handle{name: name}, clients: clients, quorum: len(clients)/2 + 1}
+	r := &RedLock{handle: handle{name: name, given: name}, clients: clients, quorum: len(clients)/2 + 1}
 	if len(clients) == 0 {
 		r.checkErr = fmt.Errorf("%w: a RedLock needs at least one Client", ErrInvalid)
 		return r
@@ -110,6 +110,7 @@ func NewRedLock(name string, clients ...*Client) *RedLock {
 		r.order = append(r.order, i)
 		ids = append(ids, c.id)
 	}
+	r.name = r.nodes[0].name // the first node's full name: errors and logs show it
 	sort.Slice(r.order, func(a, b int) bool { return clients[r.order[a]].id < clients[r.order[b]].id })
 	sort.Strings(ids)
 	r.id = name + "\x00" + strings.Join(ids, "\x00")
@@ -121,7 +122,7 @@ func (r *RedLock) Name() string {
 	if r == nil {
 		return ""
 	}
-	return r.name
+	return r.given
 }
 
 // Quorum returns how many nodes must hold the lock: N/2+1.
@@ -275,7 +276,7 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		for i, x := range res {
 			if x.err != nil {
 				failed++
-				errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
+				errs = append(errs, noted(fmt.Sprintf("node %d", i), unavailable(x.err)))
 				continue
 			}
 			reply := x.val.(acquireReply)
@@ -390,8 +391,8 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 		alive := rh.alive
 		rh.mu.Unlock()
 		if alive < r.quorum {
-			rh.cancel(fmt.Errorf("lock %q: %w: %w: %d of %d nodes left (node %d: %w)",
-				r.name, ErrLost, ErrNoQuorum, alive, len(r.clients), i, cause))
+			rh.cancel(wrap(r.name, because(ErrLost, fmt.Errorf("%w: %d of %d nodes left (node %d: %w)",
+				ErrNoQuorum, alive, len(r.clients), i, cause))))
 		}
 	})
 	return rh.publish(rctx, redKey{r.id}, rh, func() { r.parentEnded(rh) })

@@ -135,7 +135,7 @@ func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
 			}
 			c.goBackground(func() { c.releaseLater(h, until) })
 		}
-		return wrap(h.name, fmt.Errorf("unlock: %w", err))
+		return wrap(h.name, noted("unlock", unavailable(err)))
 	}
 	switch {
 	case left > 0 && !final:

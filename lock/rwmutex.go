@@ -69,7 +69,7 @@ type writeKind struct{ rw *RWMutex }
 // RWMutex returns the reader/writer lock called name. It does no I/O; an
 // invalid name is reported by the first operation.
 func (c *Client) RWMutex(name string) *RWMutex {
-	rw := &RWMutex{handle: handle{c: c, name: name}}
+	rw := &RWMutex{handle: handle{c: c, name: name, given: name}}
 	rw.read.rw, rw.write.rw = rw, rw
 	if c == nil {
 		rw.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
@@ -79,6 +79,7 @@ func (c *Client) RWMutex(name string) *RWMutex {
 		return rw
 	}
 	rw.key = c.key(name)
+	rw.name = rw.key
 	if rw.checkErr = checkName(rw.key); rw.checkErr != nil {
 		return rw
 	}
@@ -95,7 +96,7 @@ func (rw *RWMutex) Name() string {
 	if rw == nil {
 		return ""
 	}
-	return rw.name
+	return rw.given
 }
 
 func (rw *RWMutex) usable() error {

@@ -45,7 +45,7 @@ type Semaphore struct {
 // no I/O; an invalid name or a permits count below 1 is reported by the first
 // operation (ErrInvalid).
 func (c *Client) Semaphore(name string, permits int) *Semaphore {
-	s := &Semaphore{handle: handle{c: c, name: name}, permits: permits}
+	s := &Semaphore{handle: handle{c: c, name: name, given: name}, permits: permits}
 	switch {
 	case c == nil:
 		s.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
@@ -54,6 +54,7 @@ func (c *Client) Semaphore(name string, permits int) *Semaphore {
 	default:
 		if s.checkErr = checkName(name); s.checkErr == nil {
 			s.key = c.key(name)
+			s.name = s.key
 			if s.checkErr = checkName(s.key); s.checkErr == nil {
 				s.keys = []string{s.key, derived(semChannelPrefix, s.key)}
 				s.hk = c.holdKey(s.key, permit)
@@ -68,7 +69,7 @@ func (s *Semaphore) Name() string {
 	if s == nil {
 		return ""
 	}
-	return s.name
+	return s.given
 }
 
 // Permits returns how many holders the semaphore admits at once.

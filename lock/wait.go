@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/seckillguard/seckillguard/ctxend"
@@ -398,5 +397,5 @@ func (c *Client) awaitChannel(ctx context.Context, name string, q *waitQueue, sl
 		}
 		c.subs.release(sub)
 	}
-	return fmt.Errorf("lock %q: subscribe to unlock messages: %w", name, err)
+	return wrap(name, noted("subscribe to unlock messages", unavailable(err)))
 }

@@ -143,7 +143,27 @@ func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, err
 			return false, 0, failed(ctx, h.name, err)
 		}
 	}
+	if ok && h.lapsed(time.Now()) {
+		// The reply came after the lease it set had run out, counted from
+		// when the attempt was sent (h.start): the key may be gone, or
+		// anyone's by now. Not an acquisition: what is left of it goes, and
+		// the lock, free a moment ago, is tried again at once.
+		c.forget(ctx, h, true)
+		return false, 0, nil
+	}
 	return ok, retry, nil
+}
+
+// lapsed reports whether the lease of h's first acquisition, sent at
+// h.start, has run out at now: a fixed lease by its end, a watchdog's
+// lease by the watchdog's margin before it, when the watchdog would
+// declare it lost at once (see expireOverdue).
+func (h *hold) lapsed(now time.Time) bool {
+	end := h.start.Add(h.lease)
+	if !h.fixed {
+		end = end.Add(-h.c.dog.expiryMargin())
+	}
+	return !now.Before(end)
 }
 
 // attemptFailed handles an attempt that failed with err.

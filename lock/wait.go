@@ -65,6 +65,10 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 			queue, enlist = s.channel+l.lane(), true
 		}
 	}
+	var called time.Time // s.wait counts from the call, not from after the first attempt
+	if s.wait > 0 {
+		called = time.Now()
+	}
 	if s.wait == 0 || s.eager || !c.queued(queue) {
 		// Nobody of this Client is waiting: try at once, without queueing.
 		ok, _, err := c.tryOnce(ctx, &s)
@@ -78,7 +82,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 
 	wt := &waitRun{c: c, ctx: ctx, s: s, prober: prober, queue: queue}
 	if s.wait > 0 {
-		t := time.NewTimer(s.wait)
+		t := time.NewTimer(max(s.wait-time.Since(called), 0))
 		defer t.Stop()
 		wt.deadline = t.C
 	}
@@ -299,9 +303,17 @@ func (wt *waitRun) turn() (waitStep, error) {
 	return stepSleep, nil
 }
 
-// sleep waits until something the wait depends on changes.
+// sleep waits until something the wait depends on changes. A wait that
+// has run out ends, even when a wake-up came at the same time: an attempt
+// that takes long (a slow link) could otherwise be made again and again
+// past the caller's wait.
 func (wt *waitRun) sleep() (waitStep, error) {
 	c, ctx, name := wt.c, wt.ctx, wt.s.name
+	select {
+	case <-wt.deadline:
+		return wt.ranOut()
+	default:
+	}
 	select {
 	case <-wt.w.notify:
 		return stepLook, nil
@@ -311,15 +323,20 @@ func (wt *waitRun) sleep() (waitStep, error) {
 		c.qmu.Unlock()
 		return stepLook, nil
 	case <-wt.deadline:
-		if ctxend.Ended(ctx) { // both ended: the caller's end wins, never "busy"
-			return stepDone, wt.giveUp(ctxErr(name, ctx), false)
-		}
-		return stepDone, wt.giveUp(wrap(name, ErrNotAcquired), true)
+		return wt.ranOut()
 	case <-ctx.Done():
 		return stepDone, wt.giveUp(ctxErr(name, ctx), false)
 	case <-c.done:
 		return stepDone, wt.giveUp(wrap(name, ErrClosed), false)
 	}
+}
+
+// ranOut ends a wait whose time ran out.
+func (wt *waitRun) ranOut() (waitStep, error) {
+	if ctxend.Ended(wt.ctx) { // both ended: the caller's end wins, never "busy"
+		return stepDone, wt.giveUp(ctxErr(wt.s.name, wt.ctx), false)
+	}
+	return stepDone, wt.giveUp(wrap(wt.s.name, ErrNotAcquired), true)
 }
 
 // giveUp ends the wait with err, unless the lock was handed over meanwhile:

@@ -15,8 +15,13 @@ for i = 1, #KEYS / 2 do
   local lock, readers, me = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
   if redis.call('hexists', lock, me) == 1 and redis.call('zscore', readers, me) then
     redis.call('zadd', readers, now + lease, me)
+    -- Each key lasts at least the new lease: the hash may have been kept
+    -- alive by another holder (a write hold the watchdog renews) while the
+    -- readers' set was not.
     if redis.call('pttl', lock) < lease then
       redis.call('pexpire', lock, lease)
+    end
+    if redis.call('pttl', readers) < lease then
       redis.call('pexpire', readers, lease)
     end
     out[i] = 1

@@ -8,35 +8,56 @@ import (
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
-// Redisson's names for a fair lock's wait line.
+// Redisson's names for a fair lock's wait line, and the key of ours beside
+// it (see fairlib.lua).
 const (
 	queuePrefix   = "redisson_lock_queue"
 	timeoutPrefix = "redisson_lock_timeout"
+	alivePrefix   = "seckillguard_fair_alive" // our waiters' liveness; Redisson never reads it
 )
 
-// A FairMutex is a Mutex granted in arrival order across every Client: first
-// come, first served. Its holds are the Mutex's (the same hash, tokens and
-// re-entry through the context; a Mutex and a FairMutex of one name exclude
-// each other, and the final unlock of either wakes a waiter of the other),
-// and its waiters stand in one line kept in Redis:
+// foreignLook is how long a waiter that finds the lock free with a foreign
+// waiter first in line waits before it looks again: a live one takes the lock
+// within a round trip, so one still first then is taken to be stuck, which
+// the Client logs (see fairWaiter.attempt).
+const foreignLook = time.Second
+
+// A FairMutex is a Mutex granted in arrival order across every Client and
+// every Redisson RFairLock of its name: first come, first served. Its holds
+// are the Mutex's (the same hash, tokens and re-entry through the context; a
+// Mutex and a FairMutex of one name exclude each other, and the final unlock
+// of either wakes a waiter of the other), and its waiters stand in
+// Redisson's RFairLock line, kept in Redis and read and written with
+// Redisson's meaning, so Go and Java waiters keep their arrival order
+// across both:
 //
 //   - a waiter's place is taken by its first attempt, in the order those
-//     attempts reach Redis, and a free lock goes to the first live waiter
-//     only, never to a newcomer (not even to the goroutine that just
-//     unlocked it);
-//   - an unlock wakes exactly the next waiter, on a channel of its own,
+//     attempts reach Redis, and a free lock goes to the first waiter only,
+//     never to a newcomer (not even to the goroutine that just unlocked it);
+//   - an unlock wakes exactly the next waiter, on a channel of its own
+//     (Redisson's "redisson_lock__channel:{<name>}:<field>", message "0"),
 //     never every waiter;
-//   - each place carries a deadline from the Redis server's clock, renewed
-//     by the Client's watchdog while its waiter waits; the place of a waiter
-//     that died is given away once its deadline passes, at most the Client's
+//   - each place has Redisson's deadline (WithFairLockWaitTimeout): a first
+//     waiter past it is dropped as stale by the next attempt or unlock of
+//     either side, and its owner, if alive, queues again at the end;
+//   - a waiter of this package also shows it is alive, in a key of ours
+//     ("seckillguard_fair_alive:{<name>}") renewed by the Client's watchdog,
+//     so the place of one that died is given away at most the Client's
 //     watchdog timeout (WithWatchdogTimeout, default 30s) after its last
-//     renewal, so a dead waiter cannot freeze the lock for long;
+//     renewal, wherever it stands, by the next call of a Client of this
+//     package on the name (Redisson's clients do not read that key: on a
+//     name only Java clients touch, a dead Go waiter holds the line until
+//     its Redisson deadline, as a dead Java waiter does);
 //   - a waiter that gives up (TryLock's wait, its context, Close) leaves the
-//     line at once and wakes the next waiter if the lock is free;
+//     line at once, as Redisson's does, and wakes the next waiter if the
+//     lock is free;
 //   - the first waiter tries again when the holder's lease ends at the
 //     latest, and when it takes the lock it tells the next one its lease,
 //     so a line of holders whose leases run out without an unlock moves on
-//     at the pace of those leases.
+//     at the pace of those leases;
+//   - a dead Java waiter first in line keeps the free lock from everyone
+//     until its deadline (Redisson's own stuck fair lock): the Client logs
+//     it, and Client.Inspect shows each waiter's side and deadline.
 //
 // Fairness costs round trips: a contended acquisition takes three calls of
 // the acquire script (the first attempt, which takes a place in line; the
@@ -50,9 +71,10 @@ const (
 // A FairMutex does no I/O until used and may be copied freely.
 type FairMutex struct {
 	m         *Mutex
-	keys      []string // lock, queue, deadlines, channel prefix, token counter
+	keys      []string // lock, queue, deadlines, channel prefix, liveness, token counter
 	fixKeys   []string // keys and the Mutex's fixed-lease mark: a re-entry WithLease
-	leaveKeys []string // lock, queue, deadlines, channel prefix
+	leaveKeys []string // lock, queue, deadlines, channel prefix, liveness
+	aliveKeys []string // liveness, deadlines: the watchdog's fair_alive.lua
 }
 
 // FairMutex returns the fair lock called name. It does no I/O; an invalid
@@ -61,7 +83,8 @@ func (c *Client) FairMutex(name string) *FairMutex {
 	f := &FairMutex{m: newMutex(c, name)}
 	if f.m.checkErr == nil {
 		k := f.m.key
-		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh}
+		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh, derived(alivePrefix, k)}
+		f.aliveKeys = []string{f.leaveKeys[4], f.leaveKeys[2]}
 		f.keys = append(append([]string{}, f.leaveKeys...), f.m.keys[1])
 		f.fixKeys = append(append([]string{}, f.keys...), f.m.fixKeys[2])
 	}
@@ -108,7 +131,22 @@ func (f *FairMutex) acquire(ctx context.Context, wait time.Duration, opts []Lock
 	if err := f.usable(); err != nil {
 		return ctx, err
 	}
-	return f.m.c.acquire(ctx, f, f.m.key, exclusive, f.m.hk, f.m.name, wait, opts)
+	w := &fairWaiter{FairMutex: f, wait: msArg(f.m.c.opts.fairWait)}
+	if wait > 0 {
+		w.wait = msArg(wait)
+	}
+	return f.m.c.acquire(ctx, w, f.m.key, exclusive, f.m.hk, f.m.name, wait, opts)
+}
+
+// A fairWaiter is the kind of one FairMutex acquisition: the FairMutex with
+// the wait its place in line is counted with, as Redisson's RFairLock counts
+// it (TryLock's wait when positive, else WithFairLockWaitTimeout), and what
+// its attempts saw of a stuck line.
+type fairWaiter struct {
+	*FairMutex
+	wait    string    // msArg
+	stalled time.Time // when an attempt first found the lock free and a foreign waiter first; zero when not
+	warned  bool      // the stuck line was logged
 }
 
 // Unlock releases one level of the lock held by ctx, as Mutex.Unlock does;
@@ -122,11 +160,11 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 
 // The FairMutex is the kind of the holds it takes.
 
-func (f *FairMutex) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
+func (f *fairWaiter) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	c := f.m.c
 	lease, _ := c.leaseArgs(h)
 	mark := c.lineMarkOf(f.channel(h))
-	r, err := readPair(fairAcquireScript.run(ctx, via, f.keys, lease, h.field, 0, c.leaseMS, c.publish, c.tokenTTL))
+	r, err := readPair(fairAcquireScript.run(ctx, via, f.keys, lease, h.field, 0, f.wait, time.Now().UnixMilli(), c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, 0, err
 	}
@@ -134,14 +172,38 @@ func (f *FairMutex) attempt(ctx context.Context, via processor, h *hold) (bool, 
 	case r.is(1):
 		h.token = fencing.Token(r.value)
 		return true, 0, nil
-	case r.is(0), r.is(2):
-		c.inLine(h, waitingScript, []string{f.keys[2], f.keys[1]}, []any{h.field})
+	case r.is(0), r.is(2), r.is(3):
+		c.inLine(h, fairAliveScript, f.aliveKeys, []any{h.field})
 		if c.linePlace(f.channel(h), r.is(2), mark) {
 			return false, 0, nil // a Mutex's unlock came meanwhile: see lineWake
 		}
+		if r.is(3) {
+			return false, f.stuck(ctx, h, time.Duration(r.value)*time.Millisecond), nil
+		}
+		f.stalled = time.Time{}
 		return false, retryAfter(c, r.value), nil
 	}
 	return false, 0, r.unexpected("fair acquire")
+}
+
+// stuck handles an attempt that found the lock free and a foreign waiter
+// (Redisson's) first in line, whose deadline is d away: a live one takes the
+// lock at once, so the waiter looks again after foreignLook, and if that
+// waiter is still first then, the Client logs the stuck line once and waits
+// for its deadline (or a wake-up).
+func (f *fairWaiter) stuck(ctx context.Context, h *hold, d time.Duration) time.Duration {
+	if f.stalled.IsZero() {
+		f.stalled = time.Now()
+		return min(d, foreignLook)
+	}
+	if !f.warned && time.Since(f.stalled) >= foreignLook {
+		f.warned = true
+		c := f.m.c
+		head, _ := c.rdb.LIndex(ctx, f.keys[1], 0).Result()
+		c.opts.logger.WarnContext(h.logContext(ctx), "lock: a fair lock is free but its first waiter, a foreign client's (Redisson's), does not take it; the line waits until that waiter's deadline",
+			"lock", f.m.name, "waiter", head, "deadline", time.Now().Add(d))
+	}
+	return d
 }
 
 func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
@@ -160,10 +222,10 @@ func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 
 func (f *FairMutex) release(ctx context.Context, h *hold) (int64, error) {
 	c := f.m.c
-	return c.run(ctx, fairReleaseScript, f.leaveKeys, h.field, h.levels, c.publish).Int64()
+	return c.run(ctx, fairReleaseScript, f.leaveKeys, h.field, h.levels, c.publish, time.Now().UnixMilli()).Int64()
 }
 
-func (f *FairMutex) undo(ctx context.Context, h *hold, acquired bool) {
+func (f *fairWaiter) undo(ctx context.Context, h *hold, acquired bool) {
 	if !acquired && !h.queued {
 		return
 	}
@@ -172,7 +234,7 @@ func (f *FairMutex) undo(ctx context.Context, h *hold, acquired bool) {
 	if acquired {
 		drop = "1"
 	}
-	if err := c.run(ctx, fairLeaveScript, f.leaveKeys, h.field, c.publish, drop).Err(); err != nil {
+	if err := c.run(ctx, fairLeaveScript, f.leaveKeys, h.field, c.publish, drop, f.wait, time.Now().UnixMilli()).Err(); err != nil {
 		c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not leave a fair lock's line; the place is given away after the watchdog timeout",
 			"lock", f.m.name, "timeout", c.opts.watchdogTimeout, "err", err)
 	}

@@ -91,7 +91,29 @@ type Waiter struct {
 	Field    string
 	ClientID string
 	OwnerID  string
-	Expires  time.Duration // time left to renew the place (negative: overdue, given away by the next acquisition)
+	// Expires is the time left to renew the place (negative: overdue,
+	// given away by the next acquisition). For a waiter of this package in
+	// a FairMutex's line it is its liveness, renewed by its Client's
+	// watchdog; for a foreign one, its Deadline.
+	Expires time.Duration
+	// Foreign marks a FairMutex waiter that is not this package's: a
+	// Redisson client's (or one of ours whose liveness entry is gone). It is
+	// given up only when its Deadline passes, so a dead one first in line
+	// keeps the free lock from everyone until then.
+	Foreign bool
+	// Deadline is a FairMutex waiter's time left to its deadline in
+	// Redisson's line (its client's clock, read against the server's): a
+	// first waiter past it is dropped as stale. 0 for other lines.
+	Deadline time.Duration
+}
+
+// Side returns "foreign" for a foreign FairMutex waiter (see Foreign), else
+// "ours".
+func (w Waiter) Side() string {
+	if w.Foreign {
+		return "foreign"
+	}
+	return "ours"
 }
 
 // A Channel is an unlock channel and how many connections subscribe to it.
@@ -114,7 +136,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 		return nil, err
 	}
 	keys := []string{key, derived(tokenPrefix, key), derived(queuePrefix, key), derived(timeoutPrefix, key),
-		derived(readersPrefix, key), derived(writersPrefix, key)}
+		derived(readersPrefix, key), derived(writersPrefix, key), derived(alivePrefix, key)}
 	raw, err := c.run(ctx, inspectScript, keys, InspectLimit).Slice()
 	if err != nil {
 		return nil, wrap(key, unavailable(err))
@@ -131,8 +153,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 
 // parseInspection decodes inspect.lua's reply.
 func parseInspection(name, key string, r []any) (*Inspection, error) {
-	if len(r) != 12 {
-		return nil, fmt.Errorf("inspect: reply of %d parts, want 12", len(r))
+	if len(r) != 13 {
+		return nil, fmt.Errorf("inspect: reply of %d parts, want 13", len(r))
 	}
 	str := func(v any) string { s, _ := v.(string); return s }
 	num := func(v any) int64 {
@@ -198,11 +220,19 @@ func parseInspection(name, key string, r []any) (*Inspection, error) {
 		in.Token = num(tok)
 	}
 	in.TokenTTL = remaining(num(r[4]))
-	deadlines := list(r[7])
+	deadlines, alive := list(r[7]), list(r[12])
 	for i, w := range list(r[5]) {
 		wt := inspectedWaiter(str(w))
 		if i < len(deadlines) && deadlines[i] != nil {
-			wt.Expires = left(num(deadlines[i]))
+			wt.Deadline = left(num(deadlines[i]))
+		}
+		wt.Expires, wt.Foreign = wt.Deadline, true
+		if i < len(alive) && alive[i] != nil {
+			if d, _, ok := strings.Cut(str(alive[i]), ":"); ok {
+				if v, err := strconv.ParseInt(d, 10, 64); err == nil {
+					wt.Expires, wt.Foreign = left(v), false
+				}
+			}
 		}
 		in.Queue = append(in.Queue, wt)
 	}
@@ -275,7 +305,8 @@ func (c *Client) countSubscribers(ctx context.Context, in *Inspection) error {
 
 // derivedPrefixes are the prefixes of the keys derived from lock names,
 // which Scan does not report as locks.
-var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":", fixedPrefix + ":"}
+var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":", fixedPrefix + ":",
+	alivePrefix + ":"}
 
 // Scan returns the names of the locks whose keys match the glob pattern
 // (namespace applied; the names are returned without it), at most limit of

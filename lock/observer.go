@@ -137,7 +137,7 @@ func kindOf(k kind) string {
 	switch k.(type) {
 	case *Mutex:
 		return "mutex"
-	case *FairMutex:
+	case *fairWaiter:
 		return "fair_mutex"
 	case *readKind:
 		return "rw_read"

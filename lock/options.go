@@ -17,6 +17,7 @@ type Option func(*clientOptions)
 
 type clientOptions struct {
 	watchdogTimeout time.Duration
+	fairWait        time.Duration // a fair waiter's wait when it gives none (WithFairLockWaitTimeout)
 	tokenExpiry     time.Duration // 0: token counters never expire
 	namespace       string
 	logger          *slog.Logger
@@ -26,7 +27,7 @@ type clientOptions struct {
 }
 
 func defaultClientOptions() clientOptions {
-	return clientOptions{watchdogTimeout: DefaultWatchdogTimeout, tokenExpiry: DefaultTokenExpiry, logger: slog.Default()}
+	return clientOptions{watchdogTimeout: DefaultWatchdogTimeout, fairWait: DefaultFairLockWaitTimeout, tokenExpiry: DefaultTokenExpiry, logger: slog.Default()}
 }
 
 // WithWatchdogTimeout sets the lease of locks held without WithLease; the
@@ -40,6 +41,41 @@ func WithWatchdogTimeout(d time.Duration) Option {
 			return
 		}
 		o.watchdogTimeout = d
+	}
+}
+
+// DefaultFairLockWaitTimeout is the wait a FairMutex waiter's place in line
+// is counted with when it gives none: Redisson's default fairLockWaitTimeout.
+const DefaultFairLockWaitTimeout = 5 * time.Minute
+
+// WithFairLockWaitTimeout sets the wait a FairMutex waiter's place in line
+// is counted with when it gives none (Lock, and TryLock with wait 0; a
+// TryLock with a positive wait counts with that wait), as Redisson's
+// fairLockWaitTimeout does for RFairLock: the line is Redisson's, and a
+// place's deadline in it is the deadline of the waiter ahead (or, first in
+// an empty line, the holder's lease end) plus the waiter's wait; each
+// acquisition lowers every deadline left by the taker's wait, and a waiter
+// that gives up lowers those behind it by its own. A first waiter whose
+// deadline passes is dropped as stale by the next attempt or unlock on
+// either side (its owner, if alive, queues again at the end of the line),
+// and a dead Java waiter holds the line until its deadline. Every taker
+// lowers the others by the wait its own deadline was raised with, so the
+// line stays consistent whatever each side's value; set d to the Java
+// services' fairLockWaitTimeout so that a Go and a Java waiter keep their
+// places equally long. Default DefaultFairLockWaitTimeout (5 minutes),
+// Redisson's default. d must be at least a millisecond.
+//
+// This is not how long a waiter of this package may stay silent: that is
+// its liveness, kept in a key Redisson never reads and renewed by the
+// watchdog, and a waiter of this package that died is given up one
+// watchdog timeout (WithWatchdogTimeout) after its last renewal.
+func WithFairLockWaitTimeout(d time.Duration) Option {
+	return func(o *clientOptions) {
+		if d < time.Millisecond {
+			o.err = fmt.Errorf("%w: fair lock wait timeout %v, want at least 1ms", ErrInvalid, d)
+			return
+		}
+		o.fairWait = d
 	}
 }
 

@@ -63,6 +63,7 @@ var (
 	fairAcquireScript = loadScript("fair_acquire.lua", "lib.lua", "fairlib.lua")
 	fairReleaseScript = loadScript("fair_release.lua", "lib.lua", "fairlib.lua")
 	fairLeaveScript   = loadScript("fair_leave.lua", "lib.lua", "fairlib.lua")
+	fairAliveScript   = loadScript("fair_alive.lua", "lib.lua")
 
 	readAcquireScript  = loadScript("read_acquire.lua", "lib.lua", "rwlib.lua")
 	readReleaseScript  = loadScript("read_release.lua", "lib.lua", "rwlib.lua", "rwrelease.lua")

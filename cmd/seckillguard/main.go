@@ -333,7 +333,7 @@ func printInspection(w io.Writer, in *lock.Inspection) {
 	default:
 		fmt.Fprintf(w, "  fencing counter: %d (idle expiry in %s)\n", in.Token, in.TokenTTL.Round(time.Second))
 	}
-	printLine(w, "fair line", in.Queue, in.QueueLen)
+	printFairLine(w, in.Queue, in.QueueLen)
 	printLine(w, "writers waiting", in.Writers, in.WritersLen)
 	waiting := false
 	for _, c := range in.Channels {
@@ -357,6 +357,25 @@ func printLine(w io.Writer, what string, line []lock.Waiter, total int64) {
 	fmt.Fprintf(w, "  %s: %d\n", what, total)
 	for i, wt := range line {
 		fmt.Fprintf(w, "    %d. %s  renews within %s\n", i+1, wt.Field, lease(wt.Expires))
+	}
+	if int64(len(line)) < total {
+		fmt.Fprintf(w, "    ... and %d more\n", total-int64(len(line)))
+	}
+}
+
+// printFairLine writes a FairMutex's line: each waiter's side (ours, or
+// foreign: a Redisson client's) and its deadlines.
+func printFairLine(w io.Writer, line []lock.Waiter, total int64) {
+	if total == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  fair line: %d\n", total)
+	for i, wt := range line {
+		if wt.Foreign {
+			fmt.Fprintf(w, "    %d. %s  foreign, deadline %s\n", i+1, wt.Field, lease(wt.Deadline))
+		} else {
+			fmt.Fprintf(w, "    %d. %s  ours, liveness %s, deadline %s\n", i+1, wt.Field, lease(wt.Expires), lease(wt.Deadline))
+		}
 	}
 	if int64(len(line)) < total {
 		fmt.Fprintf(w, "    ... and %d more\n", total-int64(len(line)))
@@ -434,10 +453,12 @@ type ownerReport struct {
 }
 
 type waiterReport struct {
-	Field     string `json:"field"`
-	ClientID  string `json:"client_id"`
-	OwnerID   string `json:"owner_id"`
-	ExpiresMs int64  `json:"expires_ms"`
+	Field      string `json:"field"`
+	ClientID   string `json:"client_id"`
+	OwnerID    string `json:"owner_id"`
+	ExpiresMs  int64  `json:"expires_ms"`
+	Side       string `json:"side,omitempty"`        // fair line: "ours" or "foreign"
+	DeadlineMs int64  `json:"deadline_ms,omitempty"` // fair line: time left to its deadline in Redisson's line
 }
 
 type channelReport struct {
@@ -470,10 +491,10 @@ func report(in *lock.Inspection) lockReport {
 		r.Owners = append(r.Owners, ownerReport{o.Field, o.ClientID, o.OwnerID, o.Holds, o.Write, ms(o.Lease)})
 	}
 	for _, wt := range in.Queue {
-		r.Queue = append(r.Queue, waiterReport{wt.Field, wt.ClientID, wt.OwnerID, ms(wt.Expires)})
+		r.Queue = append(r.Queue, waiterReport{wt.Field, wt.ClientID, wt.OwnerID, ms(wt.Expires), wt.Side(), ms(wt.Deadline)})
 	}
 	for _, wt := range in.Writers {
-		r.Writers = append(r.Writers, waiterReport{wt.Field, wt.ClientID, wt.OwnerID, ms(wt.Expires)})
+		r.Writers = append(r.Writers, waiterReport{Field: wt.Field, ClientID: wt.ClientID, OwnerID: wt.OwnerID, ExpiresMs: ms(wt.Expires)})
 	}
 	for _, c := range in.Channels {
 		r.Channels = append(r.Channels, channelReport{c.Name, c.Subscribers})

@@ -2,10 +2,11 @@
 -- the lock and wakes the first live waiter on its own channel, and a waiter
 -- of a Mutex of the same name on the Mutex's channel.
 --
--- KEYS[1..4]  see fairlib.lua
+-- KEYS[1..5]  see fairlib.lua
 -- ARGV[1]     the owner field
 -- ARGV[2]     the hold count the owner believes it has before this call
 -- ARGV[3]     the publish command: "publish", or "spublish" on Redis Cluster
+-- ARGV[4]     the Client's clock (ms), for Redisson's stale heads
 --
 -- Resent calls are harmless as in release.lua.
 --
@@ -13,9 +14,10 @@
 -- does not hold the lock.
 local held = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or 0)
 local expected = tonumber(ARGV[2])
+local clock = tonumber(ARGV[4])
 
 if held == 0 then
-  purge()
+  purge(clock)
   wake_head(ARGV[3], nil)
   return -1
 end
@@ -24,7 +26,7 @@ if expected > 1 and held == expected - 1 then
 end
 if expected <= 1 or held <= 1 then
   redis.call('del', KEYS[1])
-  purge()
+  purge(clock)
   freed(ARGV[3])
   return 0
 end

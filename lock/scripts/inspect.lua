@@ -8,16 +8,21 @@
 -- KEYS[4]  its deadlines "redisson_lock_timeout:{<name>}"
 -- KEYS[5]  an RWMutex's read leases "seckillguard_rwlock_readers:{<name>}"
 -- KEYS[6]  its waiting writers "seckillguard_rwlock_writers:{<name>}"
+-- KEYS[7]  the liveness of the FairMutex's waiters of this package
+--          "seckillguard_fair_alive:{<name>}" (see fairlib.lua)
 -- ARGV[1]  the most entries to read from each line or set
 --
 -- Returns {type, pttl, entries, token, token pttl, line, line length,
---          line deadlines, read leases, writers, writers count, server ms}:
+--          line deadlines, read leases, writers, writers count, server ms,
+--          line liveness}:
 --   type      TYPE of KEYS[1] ("none", "hash", "zset", ...)
 --   entries   HGETALL of the hash, or the sorted set WITHSCORES (at most
 --             ARGV[1] members); empty for other types
 --   token     the counter's value, or false when there is none
 --   line      the first ARGV[1] waiters of the fair line, in order, and
---             beside it each one's deadline (server ms, false when none)
+--             beside it each one's Redisson deadline (ms of the waiter's
+--             client's clock, false when none) and, in line liveness, its
+--             liveness entry ("<server ms>:<wait>", false for a foreign waiter)
 --   read leases, writers   WITHSCORES, at most ARGV[1] members each
 local limit = tonumber(ARGV[1])
 local typ = redis.call('type', KEYS[1])['ok']
@@ -28,9 +33,10 @@ elseif typ == 'zset' then
   entries = redis.call('zrange', KEYS[1], 0, limit - 1, 'withscores')
 end
 local line = redis.call('lrange', KEYS[3], 0, limit - 1)
-local deadlines = {}
+local deadlines, alive = {}, {}
 for i, w in ipairs(line) do
   deadlines[i] = redis.call('zscore', KEYS[4], w) or false
+  alive[i] = redis.call('hget', KEYS[7], w) or false
 end
 return {
   typ,
@@ -45,4 +51,5 @@ return {
   redis.call('zrange', KEYS[6], 0, limit - 1, 'withscores'),
   redis.call('zcard', KEYS[6]),
   now_ms(),
+  alive,
 }

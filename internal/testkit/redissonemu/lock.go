@@ -79,6 +79,8 @@ func (rw ReadWriteLock) ReadLock() *Lock { return rw.read }
 func (rw ReadWriteLock) WriteLock() *Lock { return rw.write }
 
 // Lock waits until thread holds the lock (lock()); the watchdog renews it.
+// A ctx that ends is lockInterruptibly() interrupted: a fair waiter keeps its
+// place in line until it is dropped as stale, as Redisson's does.
 func (l *Lock) Lock(ctx context.Context, thread int64) error {
 	_, err := l.acquire(ctx, thread, -1, 0, false)
 	return err
@@ -139,8 +141,18 @@ func (l *Lock) acquire(ctx context.Context, thread int64, wait, lease time.Durat
 			}
 		}
 		if err := sub.await(ctx, d); err != nil {
-			l.p.giveUp(context.WithoutCancel(ctx), thread, wait)
+			// A tryLock gives up its place; a lock() interrupted does not
+			// (Redisson calls acquireFailed from tryLock only): the place
+			// stays until it is dropped as stale.
+			if wait >= 0 {
+				l.p.giveUp(context.WithoutCancel(ctx), thread, wait)
+			}
 			return false, err
+		}
+		if wait >= 0 && left() <= 0 {
+			// tryLock checks its time after each wait and gives up
+			// without another attempt.
+			return false, l.p.giveUp(context.WithoutCancel(ctx), thread, wait)
 		}
 	}
 }

@@ -244,14 +244,6 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 	if c.holds.isLost(h) {
 		return ctx, lostHold(h)
 	}
-	if h.retrying {
-		// Its final release failed and is retried in the background: the
-		// owner keeps the lock after all, so the watchdog renews it again.
-		h.retrying = false
-		if !h.fixed {
-			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
-		}
-	}
 	start := time.Now()
 	h.relet = lease
 	ok, err := h.kind.reenter(ctx, h)
@@ -267,7 +259,7 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 		}
 		return ctx, lostHold(h)
 	}
-	h.levels++
+	h.reentered(start) // a hold whose release is retried is the owner's again
 	if lease > 0 {
 		if !h.fixed {
 			c.dog.remove(&h.renewal)

@@ -141,6 +141,24 @@ func (h *hold) renewalLost(why string) {
 	}
 }
 
+// reentered is the transition of a re-entry of h that Redis accepted, sent
+// at start: h, held, has one more level. A hold whose final release failed
+// and is retried in the background (releaseLater) is the owner's again: it
+// is held, the retry stops at its next turn, and unless its lease is fixed
+// the watchdog renews it again, from the lease the re-entry set. Every
+// re-entry of a held hold goes through it: a lock's own (Client.reenter)
+// and a compound lock's of a hold its context carries (MultiLock, RedLock).
+// The caller holds h's semaphore.
+func (h *hold) reentered(start time.Time) {
+	h.levels++
+	if h.retrying {
+		h.retrying = false
+		if !h.fixed {
+			h.c.dog.add(&h.renewal, start.Add(h.lease))
+		}
+	}
+}
+
 // logContext is the context to log an event about h with, from a call made
 // with ctx: once h is held, the context it was taken with (ended or not),
 // so that a log handler finds the request's values there (trace and request

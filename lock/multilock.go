@@ -274,11 +274,16 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 		}
 	}
 
-	for _, h := range holds {
-		if fresh[h] {
-			h.tieToParent()
-		} else {
-			h.levels++
+	i := 0
+	for gi, g := range ml.groups {
+		for range g {
+			h := holds[i]
+			i++
+			if fresh[h] {
+				h.tieToParent()
+				continue
+			}
+			h.reentered(starts[gi])
 			// The lock's counter is at the MultiLock's token now, above
 			// the tokens h reserved for handing its lock over.
 			h.top = h.token

@@ -371,7 +371,7 @@ func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []boo
 		rh.holds[i] = h
 		rh.alive++
 		if h.levels > 0 {
-			h.levels++
+			h.reentered(start)
 			// The node's counter was raised to the RedLock's token,
 			// above the tokens h reserved for handing its lock over.
 			h.top = h.token

@@ -174,7 +174,7 @@ func (c *Client) releaseLater(h *hold, until time.Time) {
 			cancel()
 			continue
 		}
-		done := h.levels != 1 || !c.holds.stillHeld(h)
+		done := !h.retrying || h.levels != 1 || !c.holds.stillHeld(h) // !retrying: re-entered since (see reentered)
 		if !done && !time.Now().Before(until) {
 			if c.holds.lose(h) {
 				h.end(lostError(h.name, "its release failed and its lease ran out"))

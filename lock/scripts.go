@@ -115,9 +115,22 @@ func (s *script) runBoxed(ctx context.Context, via processor, keys []any, args .
 // first three places left for EVALSHA, the hash and nkeys, followed by the
 // nkeys keys and the arguments. A server that does not know the script
 // (restarted, failed over, SCRIPT FLUSH) answers NOSCRIPT; the script is
-// then sent whole with EVAL, which caches it again. This is the one way
-// every single call of a script goes out; pipelines use pipelined.
+// then sent whole with EVAL, which caches it again. A call that could not
+// dial its Cluster node is sent again once the slot map is reloaded (see
+// redial). This is the one way every single call of a script goes out;
+// pipelines use pipelined.
 func (s *script) send(ctx context.Context, via processor, nkeys int, argv []any) *redis.Cmd {
+	cmd := s.process(ctx, via, nkeys, argv)
+	if nkeys > 0 && notSent(cmd.Err()) {
+		if cc, ok := via.(*redis.ClusterClient); ok {
+			cmd = s.redial(ctx, cc, nkeys, argv, cmd)
+		}
+	}
+	return cmd
+}
+
+// process sends s once through via (see send), as EVAL after NOSCRIPT.
+func (s *script) process(ctx context.Context, via processor, nkeys int, argv []any) *redis.Cmd {
 	argv[0], argv[1], argv[2] = "evalsha", s.sha, nkeys
 	cmd := redis.NewCmd(ctx, argv...)
 	if nkeys > 0 {
@@ -192,6 +205,22 @@ func (c *Client) pipelined(calls []scriptCall, perTrip int, newCtx func() (conte
 	}
 	if len(again) > 0 {
 		exec(again)
+	}
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		// Calls that could not dial their node go again once, after the
+		// slot map was reloaded (see redial).
+		var unsent []int
+		for i, cmd := range cmds {
+			if notSent(cmd.Err()) && len(calls[i].keys) > 0 {
+				unsent = append(unsent, i)
+			}
+		}
+		if len(unsent) > 0 {
+			ctx, cancel := newCtx()
+			awaitSlotMap(ctx, cc, calls[unsent[0]].keys[0], slotMapWait)
+			cancel()
+			exec(unsent)
+		}
 	}
 	return cmds, sent
 }

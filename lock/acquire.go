@@ -235,14 +235,18 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	}
 }
 
-// reenter adds a level to h, which ctx holds already. A lease > 0
-// (WithLease) applies to the hold from then on, as in Redisson: the hold is
-// fixed to it, no longer renewed by the watchdog, and its context ends when
-// it runs out, measured from this call. Without one the hold keeps its lease
-// as it is (a fixed one its deadline).
+// reenter adds a level to h, which ctx holds already. A re-entry never
+// weakens the hold it enters: it never shortens the lease and never turns the
+// watchdog off. A lease > 0 (WithLease) extends a fixed hold to at least d
+// from this call (its context then ends at the later of the two deadlines)
+// and does nothing to a hold the watchdog renews. Without one the hold keeps
+// its lease as it is (a fixed one its deadline).
 func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
 	if c.holds.isLost(h) {
 		return ctx, lostHold(h)
+	}
+	if !h.fixed {
+		lease = 0 // the watchdog renews the hold: a lease would only weaken it
 	}
 	start := time.Now()
 	h.relet = lease
@@ -261,23 +265,44 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 	}
 	h.reentered(start) // a hold whose release is retried is the owner's again
 	if lease > 0 {
-		if !h.fixed {
-			c.dog.remove(&h.renewal)
-		}
-		h.fixed, h.lease = true, lease
-		h.expireAt(start.Add(lease))
+		h.extendTo(start.Add(lease))
+	}
+	if !c.holds.stillHeld(h) {
+		// Its lease ran out while the re-entry was on its way: the hold has
+		// ended and its owner was told, so the level the re-entry added (and
+		// the lease it may have stretched in Redis) must not keep the lock
+		// held by nobody.
+		c.dropOwner(ctx, h)
+		return ctx, lostHold(h)
 	}
 	return h.levelContext(ctx), nil
 }
 
+// dropOwner removes h's owner from Redis, whatever count it has there, within
+// a second and even if ctx has ended: the hold ended while a call that added
+// to it was on its way.
+func (c *Client) dropOwner(ctx context.Context, h *hold) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	levels := h.levels
+	h.levels = 1 // a last level: every kind's release removes the owner whatever its count
+	_, err := h.kind.release(rctx, h)
+	h.levels = levels
+	if err != nil {
+		c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not remove a re-entry that came after its hold ended; it expires with its lease",
+			"lock", h.name, "err", err)
+	}
+}
+
 // leaseArgs returns the script arguments of h's lease for a first
-// acquisition and for a re-entry: the lease the re-entry asks for
-// (WithLease), or else the hold's lease, or "0" for a fixed lease, which
-// keeps its deadline.
+// acquisition and for a re-entry: for a fixed hold the lease a re-entry asks
+// for (WithLease), which the scripts apply only where it lasts longer than
+// the lease left, or else "0", which keeps its deadline; for a hold the
+// watchdog renews its lease, as a renewal would set it.
 func (c *Client) leaseArgs(h *hold) (first, again any) {
 	first = c.leaseArg(h.lease)
 	switch {
-	case h.relet > 0:
+	case h.fixed && h.relet > 0:
 		return first, c.leaseArg(h.relet)
 	case h.fixed:
 		return first, "0"

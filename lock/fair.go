@@ -72,7 +72,6 @@ const foreignLook = time.Second
 type FairMutex struct {
 	m         *Mutex
 	keys      []string // lock, queue, deadlines, channel prefix, liveness, token counter
-	fixKeys   []string // keys and the Mutex's fixed-lease mark: a re-entry WithLease
 	leaveKeys []string // lock, queue, deadlines, channel prefix, liveness
 	aliveKeys []string // liveness, deadlines: the watchdog's fair_alive.lua
 }
@@ -86,7 +85,6 @@ func (c *Client) FairMutex(name string) *FairMutex {
 		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh, derived(alivePrefix, k)}
 		f.aliveKeys = []string{f.leaveKeys[4], f.leaveKeys[2]}
 		f.keys = append(append([]string{}, f.leaveKeys...), f.m.keys[1])
-		f.fixKeys = append(append([]string{}, f.keys...), f.m.fixKeys[2])
 	}
 	return f
 }
@@ -209,11 +207,7 @@ func (f *fairWaiter) stuck(ctx context.Context, h *hold, d time.Duration) time.D
 func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	c := f.m.c
 	_, lease := c.leaseArgs(h)
-	keys := f.keys
-	if h.relet > 0 {
-		keys = f.fixKeys // the lease is fixed from now on: see fixedPrefix
-	}
-	r, err := readPair(c.run(ctx, fairAcquireScript, keys, lease, h.field, h.levels, c.leaseMS, c.publish, c.tokenTTL))
+	r, err := readPair(c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, err
 	}

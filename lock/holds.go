@@ -9,7 +9,7 @@ import (
 // A holdTable is a Client's registry of holds: which holds exist, which are
 // in use by an operation, which are held, which were lost. It owns the
 // fields of every hold that change outside the hold's semaphore (refs,
-// pinned, lost, stopLife, expiry); h.sem serialises the operations on one
+// pinned, lost, stopLife, expiry, until); h.sem serialises the operations on one
 // hold, the watchdog owns its renewals and the wait queues (Client.qmu) its
 // waiters.
 //
@@ -135,16 +135,36 @@ func (t *holdTable) size() int {
 // that moment or a little after (its lease was set after at was measured);
 // a later Unlock answers ErrLost.
 func (h *hold) expireAt(at time.Time) {
-	lease := h.lease
 	t := &h.c.holds
-	var timer *time.Timer
 	t.mu.Lock() // the timer is h.expiry before it can fire
+	h.setExpiry(at)
+}
+
+// extendTo makes h end at at rather than at its current deadline, when at
+// is later (a re-entry of a fixed hold WithLease); a hold that ends later
+// already, or has ended, keeps its deadline.
+func (h *hold) extendTo(at time.Time) {
+	t := &h.c.holds
+	t.mu.Lock()
+	if h.expiry == nil || !at.After(h.until) {
+		t.mu.Unlock()
+		return
+	}
+	h.setExpiry(at)
+}
+
+// setExpiry is expireAt's work; the caller holds the hold table's mutex,
+// which setExpiry unlocks.
+func (h *hold) setExpiry(at time.Time) {
+	t := &h.c.holds
+	lease := at.Sub(h.start).Round(time.Millisecond)
+	var timer *time.Timer
 	timer = time.AfterFunc(time.Until(at), func() {
 		t.mu.Lock()
 		current := h.expiry == timer
 		t.mu.Unlock()
 		if !current {
-			return // replaced by a re-entry's new lease, or ended
+			return // replaced by a re-entry's later deadline, or ended
 		}
 		cause := lostError(h.name, "its lease of "+lease.String()+" ran out")
 		if t.lose(h) {
@@ -154,7 +174,7 @@ func (h *hold) expireAt(at time.Time) {
 		h.cancel(cause)
 	})
 	old := h.expiry
-	h.expiry = timer
+	h.expiry, h.until = timer, at
 	t.mu.Unlock()
 	if old != nil {
 		old.Stop()

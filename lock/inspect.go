@@ -80,8 +80,9 @@ type Owner struct {
 	OwnerID  string // the second part: the hold's owner id (Java: thread id)
 	Holds    int64  // the hold count: how many Unlocks free it
 	Write    bool   // an RWMutex's write hold
-	// Lease is the holder's own remaining lease, for read holds of an
-	// RWMutex and permits of a Semaphore (0 when the key's Lease applies).
+	// Lease is the holder's own remaining lease, for the holds of an
+	// RWMutex (read and write) and permits of a Semaphore (0 when the key's
+	// Lease applies).
 	Lease time.Duration
 }
 
@@ -305,7 +306,7 @@ func (c *Client) countSubscribers(ctx context.Context, in *Inspection) error {
 
 // derivedPrefixes are the prefixes of the keys derived from lock names,
 // which Scan does not report as locks.
-var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":", fixedPrefix + ":",
+var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":",
 	alivePrefix + ":"}
 
 // Scan returns the names of the locks whose keys match the glob pattern
@@ -313,7 +314,7 @@ var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPref
 // them, with SCAN, so Redis is never blocked; on a Cluster every master is
 // scanned. A key counts as a lock when it is a hash or a sorted set and not
 // one of the keys derived from a lock name (token counters, wait lines,
-// fixed-lease marks).
+// lease sets).
 // Scan reads at most 100 keys per name wanted, so a pattern that matches
 // mostly other keys ends early; the names are sorted.
 func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string, error) {

@@ -58,11 +58,12 @@ func TestRWMutex_DowngradeWithAShortLeaseKeepsTheWriteLock(t *testing.T) {
 	}
 }
 
-// A write re-entry with a lease shorter than a read hold of the owner (a
-// downgrade) applies to the write hold only: the read hold keeps its lease.
-func TestRWMutex_WriteReentryWithAShortLeaseKeepsTheDowngradesReadLock(t *testing.T) {
+// A write re-entry with a short lease weakens neither the write hold, which
+// the watchdog keeps renewing, nor the owner's read hold (a downgrade),
+// which keeps its own lease.
+func TestRWMutex_WriteReentryWithAShortLeaseWeakensNeitherHold(t *testing.T) {
 	srv := testenv.Redis(t)
-	cs := instances(t, srv, 2)
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(600*time.Millisecond))
 	name := lockName(t)
 	rw := cs[0].RWMutex(name)
 	wctx, err := rw.Lock(context.Background())
@@ -77,19 +78,75 @@ func TestRWMutex_WriteReentryWithAShortLeaseKeepsTheDowngradesReadLock(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // the write hold's new lease ran out
-	if w2.Err() == nil {
-		t.Fatal("the write hold outlived the lease its re-entry set")
+	time.Sleep(time.Second) // past the re-entry's lease and a watchdog timeout
+	rwStillExcludes(t, cs[1].RWMutex(name), w2, "the write hold after its re-entry's short lease")
+	if rctx.Err() != nil {
+		t.Fatalf("the read hold ended: %v", context.Cause(rctx))
+	}
+	if err := rw.Unlock(w2); err != nil {
+		t.Fatalf("write Unlock: %v", err)
+	}
+	if err := rw.Unlock(wctx); err != nil {
+		t.Fatalf("write Unlock: %v", err)
 	}
 	other := cs[1].RWMutex(name)
-	if rctx.Err() != nil {
-		t.Fatalf("the read hold ended with the write hold's lease: %v", context.Cause(rctx))
-	}
 	if wctx2, err := other.TryLock(context.Background(), 0); !errors.Is(err, lock.ErrNotAcquired) {
 		if err == nil {
 			_ = other.Unlock(wctx2)
 		}
 		t.Fatalf("another Client's TryLock beside a live read hold = %v; want ErrNotAcquired", err)
+	}
+	if err := rw.RUnlock(rctx); err != nil {
+		t.Fatalf("RUnlock: %v", err)
+	}
+}
+
+// A write hold taken WithLease whose owner downgrades ends in Redis with its
+// lease, whatever the read hold does: once the write hold's context was told
+// (ErrLost), its write field and the "write" mode go, so other Clients'
+// readers get in beside the downgraded reader, which lives on.
+func TestRWMutex_WriteLeaseEndRemovesTheWriteHoldUnderADowngrade(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(900*time.Millisecond))
+	name := lockName(t)
+	rw := cs[0].RWMutex(name)
+	bg := context.Background()
+	wctx, err := rw.Lock(bg, lock.WithLease(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, err := rw.RLock(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the write hold outlived its lease")
+	}
+	if !errors.Is(context.Cause(wctx), lock.ErrLost) {
+		t.Fatalf("the write hold ended with %v; want ErrLost", context.Cause(wctx))
+	}
+	other := cs[1].RWMutex(name)
+	var got error
+	deadline := time.Now().Add(time.Second)
+	for {
+		var octx context.Context
+		if octx, got = other.TryRLock(bg, 0); got == nil {
+			_ = other.RUnlock(octx)
+			break
+		}
+		if time.Now().After(deadline) {
+			fields, _ := srv.Client().HGetAll(bg, name).Result()
+			t.Fatalf("another Client's reader, a second after the write hold's lease ended: %v; the lock hash holds %v", got, fields)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if mode, _ := srv.Client().HGet(bg, name, "mode").Result(); mode != "read" {
+		t.Fatalf("mode %q beside the downgraded reader; want read", mode)
+	}
+	if rctx.Err() != nil {
+		t.Fatalf("the downgraded read hold ended with the write hold: %v", context.Cause(rctx))
 	}
 	if err := rw.RUnlock(rctx); err != nil {
 		t.Fatalf("RUnlock: %v", err)

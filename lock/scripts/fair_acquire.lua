@@ -5,9 +5,8 @@
 --
 -- KEYS[1..5]  see fairlib.lua
 -- KEYS[6]     the token counter "redisson_lock_token:{<name>}"
--- KEYS[7]     optional, for a re-entry that fixes the lease: the fixed-lease
---             mark, as in acquire.lua
--- ARGV[1]     lease in milliseconds (0 = keep the expiry: re-entry of a fixed lease)
+-- ARGV[1]     lease in milliseconds; a re-entry only extends the expiry to it,
+--             never shortens it (0 = keep the expiry: re-entry of a fixed lease)
 -- ARGV[2]     the owner field
 -- ARGV[3]     the hold count the owner believes it has before this call (0 for
 --             a first acquisition); makes resent calls harmless, as in acquire.lua
@@ -47,9 +46,8 @@ if expected > 0 then
   local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  if lease > 0 then
+  if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
     redis.call('pexpire', KEYS[1], lease)
-    if KEYS[7] then redis.call('set', KEYS[7], me, 'px', lease) end
   end
   return {1, 0}
 end

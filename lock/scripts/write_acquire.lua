@@ -3,7 +3,8 @@
 --
 -- KEYS[1..4]  see rwlib.lua
 -- KEYS[5]     the token counter "redisson_lock_token:{<name>}"
--- ARGV[1]     lease in milliseconds (0 = keep the expiry: re-entry of a fixed lease)
+-- ARGV[1]     lease in milliseconds; a re-entry only extends the hold to it,
+--             never shortens it (0 = keep the expiry: re-entry of a fixed lease)
 -- ARGV[2]     the owner's write field "<clientUUID>:<ownerID>:write"
 -- ARGV[3]     the owner's read field "<clientUUID>:<ownerID>"
 -- ARGV[4]     the write hold count the owner believes it has before this
@@ -11,8 +12,6 @@
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[6]     how long a waiting writer's place lasts without a sign of life (ms)
 -- ARGV[7]     the token counter's idle expiry in milliseconds, "0" for none
--- KEYS[6]     optional, for a re-entry that fixes the lease: the fixed-lease
---             mark, as in acquire.lua, with the hash's new expiry
 --
 -- Returns {1, token}  acquired (token 0 on a re-entry)
 --         {0, wait}   refused and waiting; wait: how long to wait for a
@@ -30,19 +29,20 @@ local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
 if expected > 0 then
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  -- The new lease applies to the write hold: the owner's read holds (a
-  -- downgrade) keep theirs, so the hash lasts until the longest of them.
+  -- The write hold's own lease (its score among the leases) only ever
+  -- moves later; the hash lasts until the longest lease among its holders.
   if lease > 0 then
-    hash_ttl(lease)
-    if KEYS[6] then
-      redis.call('set', KEYS[6], me, 'px', math.max(redis.call('pttl', KEYS[1]), 1))
+    if tonumber(redis.call('zscore', KEYS[2], me) or 0) < now + lease then
+      redis.call('zadd', KEYS[2], now + lease, me)
     end
+    hash_ttl(lease)
   end
   return {1, 0}
 end
 if held == 1 then
   -- This acquisition was applied before; only its reply was lost.
-  redis.call('pexpire', KEYS[1], lease)
+  redis.call('zadd', KEYS[2], now + lease, me)
+  hash_ttl(lease)
   redis.call('zrem', KEYS[3], me)
   return {1, tonumber(redis.call('get', KEYS[5]) or 0)}
 end
@@ -51,7 +51,8 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false and redis.call('exists', KEYS[1]) == 0 then
   redis.call('del', KEYS[2])
   redis.call('hset', KEYS[1], 'mode', 'write', me, 1)
-  redis.call('pexpire', KEYS[1], lease)
+  redis.call('zadd', KEYS[2], now + lease, me)
+  hash_ttl(lease)
   redis.call('zrem', KEYS[3], me)
   return {1, issue_token(KEYS[5], 0, 1, ARGV[7])}
 end

@@ -46,8 +46,9 @@ const (
 	// AttrLockMode is the side of an RWMutex hold: "read" or "write"; not
 	// set for the other kinds.
 	AttrLockMode = attribute.Key("seckillguard.lock.mode")
-	// AttrLockName is the lock's name, or the key a Guard's step locks:
-	// set only with WithLockName.
+	// AttrLockName is the lock's full Redis name (lock.Event.Name, the
+	// namespace included), or the key a Guard's step locks: set only with
+	// WithLockName.
 	AttrLockName = attribute.Key("seckillguard.lock.name")
 	// AttrToken is the hold's fencing token, where it has one.
 	AttrToken = attribute.Key("seckillguard.lock.token")

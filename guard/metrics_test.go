@@ -120,8 +120,8 @@ func TestLockMetrics_CountEventsByKindNeverByName(t *testing.T) {
 		}
 		return
 	}
-	if n, _, _ := count(before, "seckillguard_lock_events_total"); n != len(lock.Kinds)*len(lock.EventTypes) {
-		t.Errorf("%d lock event series before any request, want all %d at zero", n, len(lock.Kinds)*len(lock.EventTypes))
+	if n, _, _ := count(before, "seckillguard_lock_events_total"); n != len(lock.Kinds())*len(lock.EventTypes()) {
+		t.Errorf("%d lock event series before any request, want all %d at zero", n, len(lock.Kinds())*len(lock.EventTypes()))
 	}
 	for i := range 3 {
 		if r := do(t, http.MethodPost, in.srv.URL+"/buy/"+strconv.Itoa(i), ""); r.status != http.StatusNoContent {

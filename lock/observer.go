@@ -39,22 +39,34 @@ var eventNames = map[EventType]string{
 	EventLost: "lost", EventReleased: "released", EventReleasedLater: "released_later",
 }
 
-// EventTypes lists every EventType, for observers that create their
-// series up front.
-var EventTypes = []EventType{EventAcquired, EventHandedOver, EventRenewed, EventLost, EventReleased, EventReleasedLater}
+// EventTypes returns every EventType, for observers that create their
+// series up front. The slice is the caller's.
+func EventTypes() []EventType {
+	return []EventType{EventAcquired, EventHandedOver, EventRenewed, EventLost, EventReleased, EventReleasedLater}
+}
 
 // String returns the event's name: "acquired", "handed_over", "renewed",
 // "lost", "released", "released_later".
 func (t EventType) String() string { return eventNames[t] }
 
-// Kinds lists the values of Event.Kind.
-var Kinds = []string{"mutex", "fair_mutex", "rw_read", "rw_write", "semaphore"}
+// Kinds returns the values of Event.Kind, the kinds Inspect reports for a
+// lock that is held: KindMutex, KindRWMutex, KindSemaphore. The slice is the
+// caller's.
+func Kinds() []Kind {
+	return []Kind{KindMutex, KindRWMutex, KindSemaphore}
+}
 
 // An Event is one thing that happened to a hold of a Client.
 type Event struct {
 	Type EventType
-	// Kind is the kind of lock, one of Kinds: a bounded label value.
-	Kind string
+	// Kind is the lock's layout in Redis, one of Kinds, as Inspect names
+	// it: KindMutex for a Mutex, a FairMutex, a MultiLock's or a RedLock's
+	// lock, KindRWMutex for either side of an RWMutex (Mode says which),
+	// KindSemaphore for a permit. A bounded label value.
+	Kind Kind
+	// Mode is "read" or "write" for an RWMutex hold, as Inspection.Mode;
+	// "" for the other kinds.
+	Mode string
 	// Name is the lock's full Redis name, the Client's namespace included
 	// (Client.Key): for logs and traces, never a metric label (names
 	// derived from requests are unbounded).
@@ -111,7 +123,8 @@ func (c *Client) observeIn(ctx context.Context, h *hold, t EventType, wait time.
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	e := Event{Type: t, Kind: kindOf(h.kind), Name: h.name, Token: h.token, Wait: wait, Cause: cause, Owner: h.field, Context: ctx}
+	kind, mode := kindOf(h.kind)
+	e := Event{Type: t, Kind: kind, Mode: mode, Name: h.name, Token: h.token, Wait: wait, Cause: cause, Owner: h.field, Context: ctx}
 	if t != EventAcquired && !h.start.IsZero() {
 		e.Held = time.Since(h.start)
 	}
@@ -133,18 +146,15 @@ func (c *Client) ended(h *hold, cause error) {
 	}
 }
 
-func kindOf(k kind) string {
+// kindOf returns the Kind and the mode of a hold of kind k.
+func kindOf(k kind) (Kind, string) {
 	switch k.(type) {
-	case *Mutex:
-		return "mutex"
-	case *fairWaiter:
-		return "fair_mutex"
 	case *readKind:
-		return "rw_read"
+		return KindRWMutex, "read"
 	case *writeKind:
-		return "rw_write"
+		return KindRWMutex, "write"
 	case *Semaphore:
-		return "semaphore"
+		return KindSemaphore, ""
 	}
-	return "mutex"
+	return KindMutex, "" // Mutex, FairMutex: the RLock hash
 }

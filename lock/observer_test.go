@@ -99,7 +99,7 @@ func TestObserver_AWaitIsAcquiredWithItsWaitThenReleased(t *testing.T) {
 		t.Fatalf("events %v, want acquired, released", types)
 	}
 	acq, _ := ev.find(tok, lock.EventAcquired)
-	if acq.Wait < waited || acq.Kind != "mutex" || acq.Name != name {
+	if acq.Wait < waited || acq.Kind != lock.KindMutex || acq.Name != name {
 		t.Errorf("acquired %+v, want a mutex event with a wait of at least %v", acq, waited)
 	}
 }

@@ -66,24 +66,25 @@ func New() *Metrics {
 				"(round trips included; the Guard's seckillguard_lock_hold_seconds is the handler's part alone).",
 		}, []string{"kind"}),
 	}
-	for _, k := range lock.Kinds {
-		for _, e := range lock.EventTypes {
-			m.events.WithLabelValues(k, e.String())
+	for _, k := range lock.Kinds() {
+		for _, e := range lock.EventTypes() {
+			m.events.WithLabelValues(string(k), e.String())
 		}
-		m.wait.WithLabelValues(k)
-		m.held.WithLabelValues(k)
+		m.wait.WithLabelValues(string(k))
+		m.held.WithLabelValues(string(k))
 	}
 	return m
 }
 
 // Observe records e; pass it to lock.WithObserver.
 func (m *Metrics) Observe(e lock.Event) {
-	m.events.WithLabelValues(e.Kind, e.Type.String()).Inc()
+	kind := string(e.Kind)
+	m.events.WithLabelValues(kind, e.Type.String()).Inc()
 	switch e.Type {
 	case lock.EventAcquired:
-		m.wait.WithLabelValues(e.Kind).Observe(e.Wait.Seconds())
+		m.wait.WithLabelValues(kind).Observe(e.Wait.Seconds())
 	case lock.EventReleased, lock.EventReleasedLater, lock.EventLost:
-		m.held.WithLabelValues(e.Kind).Observe(e.Held.Seconds())
+		m.held.WithLabelValues(kind).Observe(e.Held.Seconds())
 	}
 }
 

@@ -37,8 +37,8 @@ func TestMetrics_CountTheEventsOfEveryClientByKindNeverByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range fams {
-		if f.GetName() == "seckillguard_lock_events_total" && len(f.GetMetric()) != len(lock.Kinds)*len(lock.EventTypes) {
-			t.Errorf("%d event series before any hold, want all %d at zero", len(f.GetMetric()), len(lock.Kinds)*len(lock.EventTypes))
+		if f.GetName() == "seckillguard_lock_events_total" && len(f.GetMetric()) != len(lock.Kinds())*len(lock.EventTypes()) {
+			t.Errorf("%d event series before any hold, want all %d at zero", len(f.GetMetric()), len(lock.Kinds())*len(lock.EventTypes()))
 		}
 	}
 	ctx := context.Background()

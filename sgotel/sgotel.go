@@ -40,10 +40,15 @@ const (
 	// "acquired"; for "lock.hold" "released", "released_later" or "lost";
 	// for the Guard's steps the guard.Outcome* word.
 	AttrOutcome = attribute.Key("seckillguard.outcome")
-	// AttrLockKind is the kind of lock (lock.Kinds): "mutex", "semaphore"...
+	// AttrLockKind is the kind of lock (lock.Kinds()): "mutex", "rwmutex",
+	// "semaphore", as the inspector names it.
 	AttrLockKind = attribute.Key("seckillguard.lock.kind")
-	// AttrLockName is the lock's name, or the key a Guard's step locks:
-	// set only with WithLockName.
+	// AttrLockMode is the side of an RWMutex hold: "read" or "write"; not
+	// set for the other kinds.
+	AttrLockMode = attribute.Key("seckillguard.lock.mode")
+	// AttrLockName is the lock's full Redis name (lock.Event.Name, the
+	// namespace included), or the key a Guard's step locks: set only with
+	// WithLockName.
 	AttrLockName = attribute.Key("seckillguard.lock.name")
 	// AttrToken is the hold's fencing token, where it has one.
 	AttrToken = attribute.Key("seckillguard.lock.token")
@@ -167,8 +172,11 @@ func (t *LockTracer) Observe(e lock.Event) {
 
 func (t *LockTracer) acquired(e lock.Event) {
 	now := time.Now()
-	attrs := make([]attribute.KeyValue, 0, 5)
-	attrs = append(attrs, AttrLockKind.String(e.Kind))
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs, AttrLockKind.String(string(e.Kind)))
+	if e.Mode != "" {
+		attrs = append(attrs, AttrLockMode.String(e.Mode))
+	}
 	if t.cfg.lockName {
 		attrs = append(attrs, AttrLockName.String(e.Name))
 	}

@@ -143,7 +143,7 @@ func TestLockTracer_AnUncontendedLockIsAWaitThenAHold(t *testing.T) {
 			if v, _ := attr(s, sgotel.AttrToken); v.AsInt64() != int64(tok) || str(s, sgotel.AttrLockKind) != "mutex" {
 				t.Errorf("%s: token %v kind %q, want %d and mutex", s.Name(), v.AsInt64(), str(s, sgotel.AttrLockKind), tok)
 			}
-			if name, ok := attr(s, sgotel.AttrLockName); ok != withName || ok && name.AsString() != "sku:42" {
+			if name, ok := attr(s, sgotel.AttrLockName); ok != withName || ok && name.AsString() != c.Key("sku:42") {
 				t.Errorf("%s (WithLockName %v): lock name %q set %v", s.Name(), withName, name.AsString(), ok)
 			}
 			if s.Status().Code == codes.Error {

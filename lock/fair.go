@@ -213,7 +213,7 @@ func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	if h.relet > 0 {
 		keys = f.fixKeys // the lease is fixed from now on: see fixedPrefix
 	}
-	r, err := readPair(c.run(ctx, fairAcquireScript, keys, lease, h.field, h.levels, c.leaseMS, c.publish, c.tokenTTL))
+	r, err := readPair(c.run(ctx, fairAcquireScript, keys, lease, h.field, h.levels, msArg(c.opts.fairWait), time.Now().UnixMilli(), c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, err
 	}

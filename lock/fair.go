@@ -207,7 +207,7 @@ func (f *fairWaiter) stuck(ctx context.Context, h *hold, d time.Duration) time.D
 func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	c := f.m.c
 	_, lease := c.leaseArgs(h)
-	r, err := readPair(c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, c.leaseMS, c.publish, c.tokenTTL))
+	r, err := readPair(c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, msArg(c.opts.fairWait), time.Now().UnixMilli(), c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, err
 	}

@@ -419,3 +419,77 @@ func TestRedissonEmu_AStuckJavaHeadIsShownAndLogged(t *testing.T) {
 		t.Fatal("the stuck line was not logged")
 	}
 }
+
+// A waiter of ours that gives up leaves as Redisson's does: every waiter
+// behind it has its deadline lowered by the leaver's wait (TryLock's here).
+func TestRedissonEmu_OurWaiterThatGivesUpLowersTheDeadlinesBehindIt(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	j := javaService(t, srv, redissonemu.Config{})
+	ctx := context.Background()
+	if err := j.FairLock(name).Lock(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := make(chan error, 1)
+	go func() { _, err := c.FairMutex(name).TryLock(ctx, 400*time.Millisecond); gaveUp <- err }()
+	eventually(t, 5*time.Second, "ours in line", lineLen(srv, name, 1))
+	javaDone := make(chan error, 1)
+	go func() {
+		err := j.FairLock(name).Lock(ctx, 2)
+		if err == nil {
+			err = j.FairLock(name).Unlock(ctx, 2)
+		}
+		javaDone <- err
+	}()
+	eventually(t, 5*time.Second, "java in line", lineLen(srv, name, 2))
+	before := lineScore(t, srv, name, j.Field(2))
+	if err := <-gaveUp; !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock = %v, want ErrNotAcquired", err)
+	}
+	if got := lineScore(t, srv, name, j.Field(2)); got != before-400 {
+		t.Fatalf("the Java waiter's deadline is %d after ours gave up, want %d - 400", got, before)
+	}
+	j.FairLock(name).Unlock(ctx, 100)
+	if err := <-javaDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A re-entry runs the line's purge too, with the Client's clock: it works
+// while others wait in line (a re-entry once sent the script too few
+// arguments, and failed only when the line was not empty).
+func TestFairMutex_ReentersWhileOthersWaitInLine(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	j := javaService(t, srv, redissonemu.Config{})
+	ctx := context.Background()
+	f := c.FairMutex(name)
+	hctx, err := f.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	javaDone := make(chan error, 1)
+	go func() {
+		err := j.FairLock(name).Lock(ctx, 2)
+		if err == nil {
+			err = j.FairLock(name).Unlock(ctx, 2)
+		}
+		javaDone <- err
+	}()
+	eventually(t, 5*time.Second, "java in line", lineLen(srv, name, 1))
+	inner, err := f.Lock(hctx)
+	if err != nil {
+		t.Fatalf("re-entry with a waiter in line: %v", err)
+	}
+	if err := f.Unlock(inner); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Unlock(hctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-javaDone; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -37,8 +37,11 @@ const (
 // notSent reports whether err means the call never left: its node could not
 // be dialled.
 func notSent(err error) bool {
+	if err == nil {
+		return false // before op: the hot path allocates nothing here
+	}
 	var op *net.OpError
-	return err != nil && errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // awaitSlotMap has cc reload its slot map, after a call for key could not

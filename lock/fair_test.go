@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,54 +16,6 @@ import (
 // fairKeys returns the Redis keys of a fair lock's line.
 func fairKeys(name string) (queue, timeouts string) {
 	return "redisson_lock_queue:{" + name + "}", "redisson_lock_timeout:{" + name + "}"
-}
-
-func TestFairMutex_ExcludesAcrossClients(t *testing.T) {
-	srv := testenv.Redis(t)
-	clients := instances(t, srv, 4)
-	name := lockName(t)
-	const goroutines, rounds = 4, 8
-	var counter int
-	var inside, overlaps atomic.Int32
-	var wg sync.WaitGroup
-	for _, c := range clients {
-		for g := 0; g < goroutines; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				m := c.FairMutex(name)
-				for r := 0; r < rounds; r++ {
-					ctx, err := m.Lock(context.Background())
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					v := counter
-					time.Sleep(50 * time.Microsecond)
-					counter = v + 1
-					inside.Add(-1)
-					if err := m.Unlock(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if want := len(clients) * goroutines * rounds; counter != want {
-		t.Fatalf("counter = %d, want %d", counter, want)
-	}
-	if n := overlaps.Load(); n != 0 {
-		t.Fatalf("%d critical sections overlapped", n)
-	}
-	queue, timeouts := fairKeys(name)
-	if n := srv.Do("EXISTS", queue, timeouts, name); n != int64(0) {
-		t.Fatalf("%v keys left behind", n)
-	}
 }
 
 func TestFairMutex_GrantsInArrivalOrderAcrossClients(t *testing.T) {

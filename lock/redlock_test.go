@@ -3,8 +3,6 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,53 +36,6 @@ func redLockProcess(t *testing.T, nodes []*testenv.RedisServer, opts ...lock.Opt
 		out[i] = c
 	}
 	return out
-}
-
-func TestRedLock_ExcludesAcrossProcesses(t *testing.T) {
-	nodes := redisNodes(t, 3)
-	name := lockName(t)
-	var counter int
-	var inside, overlaps atomic.Int32
-	var wg sync.WaitGroup
-	for p := 0; p < 4; p++ {
-		rl := lock.NewRedLock(name, redLockProcess(t, nodes)...)
-		for g := 0; g < 3; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for r := 0; r < 6; r++ {
-					ctx, err := rl.Lock(context.Background())
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					v := counter
-					time.Sleep(100 * time.Microsecond)
-					counter = v + 1
-					inside.Add(-1)
-					if err := rl.Unlock(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if counter != 4*3*6 {
-		t.Fatalf("counter = %d, want %d", counter, 4*3*6)
-	}
-	if n := overlaps.Load(); n != 0 {
-		t.Fatalf("%d RedLock holds overlapped", n)
-	}
-	for i, n := range nodes {
-		if v := n.Do("EXISTS", name); v != int64(0) {
-			t.Fatalf("node %d still has the lock", i)
-		}
-	}
 }
 
 func TestRedLock_WorksWithAMinorityDownAndRefusesWithout(t *testing.T) {

@@ -2,7 +2,10 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"time"
 
+	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
@@ -12,6 +15,22 @@ import (
 // semaphores) in one global order that every compound lock follows, so
 // that two acquisitions of one owner never wait for each other's
 // semaphores; a part the acquiring context holds already is re-entered.
+
+// startAcquire returns the error an acquisition with ctx of the compound
+// lock called name, with the options lo, starts with, if any: no context,
+// bad options, a context that ended already.
+func startAcquire(ctx context.Context, name string, lo lockOptions) error {
+	if ctx == nil {
+		return noContext(name)
+	}
+	if lo.err != nil {
+		return wrap(name, lo.err)
+	}
+	if ctxend.Ended(ctx) {
+		return ctxErr(name, ctx)
+	}
+	return nil
+}
 
 // The parts of one operation of a compound lock: the hold of each part, in
 // the order of the lock's parts.
@@ -58,6 +77,57 @@ func enterParts(ctx context.Context, name string, locks []*Mutex, order []int, o
 		}
 	}
 	return p, nil
+}
+
+// stillCarried returns the error of an acquisition whose context carried a
+// hold of p that was released or lost a moment ago (ctx ends with it), or
+// nil when every carried hold is held still. The caller holds the
+// semaphores of p's holds.
+func (p *parts) stillCarried() error {
+	for i, h := range p.holds {
+		if !p.carried[i] {
+			continue
+		}
+		c := h.c
+		if h.levels == 0 || !c.holds.stillHeld(h) {
+			if c.holds.isLost(h) {
+				return lostHold(h)
+			}
+			return wrap(h.name, ErrReleased)
+		}
+	}
+	return nil
+}
+
+// reenteredBy is the end of an acquisition of a compound lock, sent at
+// start, that re-entered h, a hold its context carried: h is re-entered
+// (see reentered), and the lock's counter is at the compound lock's token
+// now, above the tokens h reserved for handing its lock over. The caller
+// holds h's semaphore.
+func reenteredBy(h *hold, start time.Time) {
+	h.reentered(start)
+	h.top = h.token
+}
+
+// endCarried releases the n levels that an acquisition of a compound lock
+// added to h, a hold its context carried, because that context ended: as
+// the final Unlocks of the acquisition would. A level whose release fails
+// is let go of all the same (nobody calls again for it): its count in Redis
+// may stay one above, which is harmless, since the final release removes
+// the owner whatever the count (and a failed final release is retried by
+// releaseLater). The caller holds h's semaphore.
+func endCarried(h *hold, n int) {
+	c := h.c
+	for k := n; k > 0 && h.levels > 0 && c.holds.stillHeld(h); k-- {
+		ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
+		err := c.releaseLevel(ctx, h)
+		cancel()
+		if err != nil && !errors.Is(err, ErrLost) && h.levels > 1 && c.holds.stillHeld(h) {
+			h.levels--
+			c.opts.logger.DebugContext(h.logContext(ctx), "lock: releasing a compound lock's level of a hold it re-entered failed; the final release removes it",
+				"lock", h.name, "err", err)
+		}
+	}
 }
 
 // at returns the index of the n-th part in order: order[n], or n for the
@@ -113,8 +183,9 @@ type compoundHold struct {
 	token    fencing.Token
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	stopLife func() bool   // stops the release that parent's end triggers (see publish)
-	stops    []func() bool // stop watching the parts (see watch)
+	expire   context.CancelFunc // releases a validity timer of ctx; nil without one
+	stopLife func() bool        // stops the release that parent's end triggers (see publish)
+	stops    []func() bool      // stop watching the parts (see watch)
 }
 
 // begin starts ch's context below parent, the context the acquisition was
@@ -166,4 +237,37 @@ func (ch *compoundHold) stopWatching() {
 		ch.stopLife = nil
 	}
 	ch.stopParts()
+}
+
+// heldCompound returns the compound hold of type H that ctx carries under
+// key, for an Unlock with ctx of the compound lock called name, or the
+// error of that Unlock when ctx carries none: ErrLost when ctx ended with
+// a loss, ErrNotHeld otherwise.
+func heldCompound[H any](ctx context.Context, key any, name string) (H, error) {
+	var none H
+	if ctx == nil {
+		return none, noContext(name)
+	}
+	ch, ok := ctx.Value(key).(H)
+	if !ok {
+		if errors.Is(context.Cause(ctx), ErrLost) {
+			return none, wrap(name, ErrLost)
+		}
+		return none, wrap(name, ErrNotHeld)
+	}
+	return ch, nil
+}
+
+// released ends ch's context after the final Unlock of the compound lock
+// called name, with cause ErrReleased; it returns the cause when ch had
+// been lost before (an error matching ErrLost), else nil.
+func (ch *compoundHold) released(name string) error {
+	ch.cancel(wrap(name, ErrReleased))
+	if ch.expire != nil {
+		ch.expire()
+	}
+	if cause := context.Cause(ch.ctx); errors.Is(cause, ErrLost) {
+		return cause
+	}
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
@@ -160,16 +159,9 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 	if err := ml.usable(); err != nil {
 		return ctx, err
 	}
-	c := ml.c
-	if ctx == nil {
-		return ctx, noContext(ml.name)
-	}
-	lo := c.lockOptions(opts)
-	if lo.err != nil {
-		return ctx, wrap(ml.name, lo.err)
-	}
-	if ctxend.Ended(ctx) {
-		return ctx, ctxErr(ml.name, ctx)
+	lo := ml.c.lockOptions(opts)
+	if err := startAcquire(ctx, ml.name, lo); err != nil {
+		return ctx, err
 	}
 	// A lock ctx holds already is re-entered; the others are taken by an
 	// acquisition of their own, under one new owner id. The semaphores are
@@ -180,116 +172,153 @@ func (ml *MultiLock) acquire(ctx context.Context, wait time.Duration, opts []Loc
 		return ctx, err
 	}
 	defer p.exit()
-	holds, carried := p.holds, p.carried
-	for i, h := range holds {
-		if carried[i] && (h.levels == 0 || !c.holds.stillHeld(h)) {
-			// Released or lost a moment ago: ctx ends with it.
-			if c.holds.isLost(h) {
-				return ctx, lostHold(h)
-			}
-			return ctx, wrap(h.name, ErrReleased)
-		}
+	if err := p.stillCarried(); err != nil {
+		return ctx, err
 	}
+	a := ml.newAcquisition(p.holds, lo, wait)
+	if err := a.takeAll(ctx); err != nil {
+		return ctx, err
+	}
+	a.adopt()
+	return ml.enter(ctx, p.holds, p.carried, a.floor), nil
+}
 
-	byKey := make(map[string]*hold, len(holds))
-	var floor fencing.Token
+// A multiAcquisition is one acquisition of a MultiLock: its groups are taken
+// one after the other, in the global order.
+type multiAcquisition struct {
+	ml       *MultiLock
+	lo       lockOptions
+	holds    []*hold          // by lock, in the order of ml.locks
+	byKey    map[string]*hold // the same, by key
+	floor    fencing.Token    // the largest token so far: the smallest the next group may issue
+	wait     time.Duration    // as TryLock's, < 0 for Lock
+	deadline time.Time        // when wait ends, if > 0
+	tokens   []fencing.Token  // by group: the token each was taken with
+	starts   []time.Time      // by group: when its last attempt was sent
+	fresh    map[*hold]bool   // holds this acquisition took first, held from their group on
+}
+
+// newAcquisition returns an acquisition of the locks' holds with the
+// options lo, within wait.
+func (ml *MultiLock) newAcquisition(holds []*hold, lo lockOptions, wait time.Duration) *multiAcquisition {
+	a := &multiAcquisition{
+		ml: ml, lo: lo, holds: holds, wait: wait,
+		byKey:  make(map[string]*hold, len(holds)),
+		tokens: make([]fencing.Token, len(ml.groups)),
+		starts: make([]time.Time, len(ml.groups)),
+		fresh:  make(map[*hold]bool, len(holds)),
+	}
 	for i, h := range holds {
-		byKey[ml.locks[i].key] = h
+		a.byKey[ml.locks[i].key] = h
 		if h.levels == 0 {
 			h.prepare(ml.locks[i], lo)
 		} else {
-			floor = max(floor, h.token)
+			a.floor = max(a.floor, h.token)
 		}
 	}
-
-	var deadline time.Time
 	if wait > 0 {
-		deadline = time.Now().Add(wait)
+		a.deadline = time.Now().Add(wait)
 	}
-	tokens := make([]fencing.Token, len(ml.groups))
-	starts := make([]time.Time, len(ml.groups))
-	fresh := make(map[*hold]bool, len(holds)) // holds this acquisition took first, held from their group on
-	for gi, g := range ml.groups {
-		gh := make([]*hold, len(g))
-		for i, m := range g {
-			gh[i] = byKey[m.key]
-		}
-		try := func(ctx context.Context) (bool, time.Duration, error) {
-			starts[gi] = time.Now()
-			ok, retry, t, err := ml.attempt(ctx, g, gh, floor, lo.ack)
-			if ok {
-				tokens[gi] = t
-				floor = max(floor, t)
-			}
-			return ok, retry, err
-		}
-		// Wait on the first lock of the group it does not hold yet. A group
-		// it holds entirely is re-entered at once: queueing behind this
-		// Client's own waiters for locks it holds would wait for itself.
-		channel := ""
-		for i, m := range g {
-			if gh[i].levels == 0 {
-				channel = m.unlockCh
-				break
-			}
-		}
-		var err error
-		if channel == "" {
-			var ok bool
-			if ok, _, err = try(ctx); err == nil && !ok {
-				err = notAcquired(ctx, ml.name)
-			}
-		} else {
-			err = ml.waitGroup(ctx, g, channel, wait, deadline, gh[0].lease, try)
-		}
-		if err != nil {
-			ml.rollback(ctx, ml.groups[:gi], byKey, fresh)
-			return ctx, err
-		}
-		// The group's new locks are held from now on, renewed by the
-		// watchdog while the later groups are waited for: left alone
-		// they would expire meanwhile and be taken by someone else.
-		for _, h := range gh {
-			if h.levels == 0 {
-				h.token, h.top = tokens[gi], 0
-				c.establish(ctx, h, starts[gi])
-				fresh[h] = true
-			}
+	return a
+}
+
+// takeAll takes every group of the set in order, checks that none of the
+// locks it took was lost while a later group was waited for, and raises the
+// counters of the groups taken before the last token. When it fails it has
+// released what it took.
+func (a *multiAcquisition) takeAll(ctx context.Context) error {
+	ml := a.ml
+	for gi := range ml.groups {
+		if err := a.takeGroup(ctx, gi); err != nil {
+			ml.rollback(ctx, ml.groups[:gi], a.byKey, a.fresh)
+			return err
 		}
 	}
 	// A lock lost while a later one was waited for (deleted, or a fixed
 	// lease that ran out) fails the whole acquisition.
-	for _, h := range holds {
-		if fresh[h] && h.ctx.Err() != nil {
-			ml.rollback(ctx, ml.groups, byKey, fresh)
-			return ctx, lostHold(h)
+	for _, h := range a.holds {
+		if a.fresh[h] && h.ctx.Err() != nil {
+			ml.rollback(ctx, ml.groups, a.byKey, a.fresh)
+			return lostHold(h)
 		}
 	}
-
-	// Raise the counters of the slots taken before the last token.
 	if len(ml.groups) > 1 {
-		if err := ml.raise(ctx, tokens, floor); err != nil {
-			ml.rollback(ctx, ml.groups, byKey, fresh)
-			return ctx, failed(ctx, ml.name, err)
+		if err := ml.raise(ctx, a.tokens, a.floor); err != nil {
+			ml.rollback(ctx, ml.groups, a.byKey, a.fresh)
+			return failed(ctx, ml.name, err)
 		}
 	}
+	return nil
+}
 
+// takeGroup takes the group gi (the locks of one hash slot), all or none,
+// waiting for it as the acquisition allows.
+func (a *multiAcquisition) takeGroup(ctx context.Context, gi int) error {
+	ml, g := a.ml, a.ml.groups[gi]
+	gh := make([]*hold, len(g))
+	for i, m := range g {
+		gh[i] = a.byKey[m.key]
+	}
+	try := func(ctx context.Context) (bool, time.Duration, error) {
+		a.starts[gi] = time.Now()
+		ok, retry, t, err := ml.attempt(ctx, g, gh, a.floor, a.lo.ack)
+		if ok {
+			a.tokens[gi] = t
+			a.floor = max(a.floor, t)
+		}
+		return ok, retry, err
+	}
+	// Wait on the first lock of the group it does not hold yet. A group
+	// it holds entirely is re-entered at once: queueing behind this
+	// Client's own waiters for locks it holds would wait for itself.
+	channel := ""
+	for i, m := range g {
+		if gh[i].levels == 0 {
+			channel = m.unlockCh
+			break
+		}
+	}
+	var err error
+	if channel == "" {
+		var ok bool
+		if ok, _, err = try(ctx); err == nil && !ok {
+			err = notAcquired(ctx, ml.name)
+		}
+	} else {
+		err = ml.waitGroup(ctx, g, channel, a.wait, a.deadline, gh[0].lease, try)
+	}
+	if err != nil {
+		return err
+	}
+	// The group's new locks are held from now on, renewed by the watchdog
+	// while the later groups are waited for: left alone they would expire
+	// meanwhile and be taken by someone else.
+	for _, h := range gh {
+		if h.levels == 0 {
+			h.token, h.top = a.tokens[gi], 0
+			ml.c.establish(ctx, h, a.starts[gi])
+			a.fresh[h] = true
+		}
+	}
+	return nil
+}
+
+// adopt ends an acquisition that took every group: the locks it took end
+// with the context it was made with, the holds it re-entered are re-entered
+// (see reenteredBy).
+func (a *multiAcquisition) adopt() {
 	i := 0
-	for gi, g := range ml.groups {
+	for gi, g := range a.ml.groups {
 		for range g {
-			h := holds[i]
+			h := a.holds[i]
 			i++
-			if fresh[h] {
+			if a.fresh[h] {
 				h.tieToParent()
 				continue
 			}
-			h.reentered(starts[gi])
-			// The lock's counter is at the MultiLock's token now, above
-			// the tokens h reserved for handing its lock over.
-			h.top = h.token
+			reenteredBy(h, a.starts[gi])
 		}
 	}
-	return ml.enter(ctx, holds, carried, floor), nil
 }
 
 // attempt tries to take the locks g (one hash slot) once, all or none.
@@ -398,41 +427,6 @@ func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, channel string, 
 	}
 }
 
-// rollback releases the level this acquisition added to each lock of
-// groups, which it had taken (or may have taken), slot by slot. The holds in
-// fresh, which it had established, are released in the Client whatever
-// Redis answers: what the script could not remove expires with its lease.
-func (ml *MultiLock) rollback(ctx context.Context, groups [][]*Mutex, byKey map[string]*hold, fresh map[*hold]bool) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	for _, g := range groups {
-		keys := make([]string, 0, 2*len(g))
-		args := []any{ml.c.publish}
-		for _, m := range g {
-			h := byKey[m.key]
-			if fresh[h] {
-				// No renewal may follow the release.
-				ml.c.dog.remove(&h.renewal)
-			}
-			keys = append(keys, m.relKeys...)
-			if fresh[h] {
-				args = append(args, h.field, 1)
-			} else {
-				args = append(args, h.field, h.levels+1)
-			}
-		}
-		if err := ml.c.run(rctx, multiReleaseScript, keys, args...).Err(); err != nil {
-			ml.c.opts.logger.WarnContext(ctx, "lock: could not roll back part of a MultiLock; it expires with its lease",
-				"locks", ml.name, "err", err)
-		}
-		for _, m := range g {
-			if h := byKey[m.key]; fresh[h] {
-				ml.c.released(h)
-			}
-		}
-	}
-}
-
 // raise makes every token counter of the set at least t, so that the token
 // of the MultiLock is valid for each of its locks.
 func (ml *MultiLock) raise(ctx context.Context, tokens []fencing.Token, t fencing.Token) error {
@@ -477,159 +471,4 @@ func (ml *MultiLock) enter(ctx context.Context, holds []*hold, carried []bool, t
 		}
 	}
 	return mh.publish(mctx, key, mh, func() { ml.parentEnded(mh) })
-}
-
-// parentEnded ends the acquisition mh of the MultiLock because the context
-// it was taken with ended (see endWithParent).
-func (ml *MultiLock) parentEnded(mh *multiHold) {
-	enterAll(mh.holds)
-	defer exitAll(mh.holds)
-	ml.endWithParent(mh)
-}
-
-// endWithParent releases what is left of the acquisition mh, whose context
-// ended, as its final Unlocks would: the locks it took release themselves
-// (tieToParent); the levels it added to locks that context held already are
-// released here. The caller holds the semaphores of mh's holds.
-func (ml *MultiLock) endWithParent(mh *multiHold) {
-	c := ml.c
-	n := mh.levels
-	if n == 0 {
-		return
-	}
-	mh.levels, mh.done, mh.ended, mh.stopLife = 0, nil, true, nil
-	for i, h := range mh.holds {
-		// Each carried hold has n levels of this acquisition: every one of
-		// them goes.
-		for k := n; k > 0 && mh.carried[i] && h.levels > 0 && c.holds.stillHeld(h); k-- {
-			ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
-			err := c.releaseLevel(ctx, h)
-			cancel()
-			if err != nil && !errors.Is(err, ErrLost) && h.levels > 1 && c.holds.stillHeld(h) {
-				// Nobody calls again for this level: let go of it here. Its
-				// count in Redis may stay one above, which is harmless: the
-				// final release removes the owner whatever the count (and a
-				// failed final release is retried by releaseLater).
-				h.levels--
-				c.opts.logger.DebugContext(mh.parent, "lock: releasing a MultiLock's level of a hold it re-entered failed; the final release removes it",
-					"lock", h.name, "err", err)
-			}
-		}
-	}
-	mh.stopParts()
-	mh.cancel(context.Cause(mh.parent))
-}
-
-// Unlock releases one level of every lock of the set held by ctx, slot by
-// slot (all at once within a slot). The final Unlock of an acquisition
-// cancels its context with cause ErrReleased. It returns ErrNotHeld, and
-// changes nothing, when ctx does not hold the MultiLock, and an error
-// matching ErrLost when one of its locks was lost (the others are released
-// all the same). When Unlock fails with a network error it may be called
-// again: a level is never released twice.
-func (ml *MultiLock) Unlock(ctx context.Context) error {
-	if err := ml.usable(); err != nil {
-		return err
-	}
-	c := ml.c
-	if ctx == nil {
-		return noContext(ml.name)
-	}
-	mh, _ := ctx.Value(multiKey{c, ml.id}).(*multiHold)
-	if mh == nil {
-		if errors.Is(context.Cause(ctx), ErrLost) {
-			return wrap(ml.name, ErrLost)
-		}
-		return wrap(ml.name, ErrNotHeld)
-	}
-	holds := mh.holds
-	enterAll(holds)
-	defer exitAll(holds)
-	if mh.levels > 0 && mh.parent.Err() != nil {
-		ml.endWithParent(mh) // its context ended: it is released by now, or here
-	}
-	if mh.levels == 0 {
-		if mh.ended {
-			return nil // released when the context it was taken with ended
-		}
-		if errors.Is(context.Cause(mh.ctx), ErrLost) {
-			return context.Cause(mh.ctx)
-		}
-		return wrap(ml.name, ErrNotHeld)
-	}
-
-	var errs []error
-	i := 0
-	for _, g := range ml.groups {
-		gh := holds[i : i+len(g)]
-		i += len(g)
-		keys := make([]string, 0, 2*len(g))
-		args := []any{c.publish}
-		renewed := make([]bool, len(g))
-		var live []int
-		for j, m := range g {
-			h := gh[j]
-			if mh.done[m.key] {
-				continue
-			}
-			if h.levels == 0 && !c.holds.isLost(h) && errors.Is(context.Cause(h.ctx), errReleasedLater) {
-				// An earlier Unlock failed on it and the retry in the
-				// background released it since.
-				continue
-			}
-			if h.levels == 0 || c.holds.isLost(h) {
-				errs = append(errs, wrap(h.name, ErrLost))
-				continue
-			}
-			renewed[j] = c.releasing(h)
-			keys = append(keys, m.relKeys...)
-			args = append(args, h.field, h.levels)
-			live = append(live, j)
-		}
-		if len(live) == 0 {
-			continue
-		}
-		left, err := c.run(context.WithoutCancel(ctx), multiReleaseScript, keys, args...).Int64Slice()
-		for n, j := range live {
-			var l int64
-			if err == nil && n < len(left) {
-				l = left[n]
-			} else if err == nil {
-				err = fmt.Errorf("unexpected reply %v from the multi release script", left)
-			}
-			e := c.settle(gh[j], renewed[j], l, err)
-			if e != nil {
-				errs = append(errs, e)
-			}
-			if e == nil || errors.Is(e, ErrLost) {
-				if mh.done == nil {
-					mh.done = make(map[string]bool)
-				}
-				mh.done[g[j].key] = true
-			}
-		}
-	}
-	if len(errs) > 0 && !allLost(errs) {
-		return errors.Join(errs...) // a network error: the caller may retry
-	}
-	mh.levels--
-	mh.done = nil
-	if mh.levels == 0 {
-		mh.stopWatching()
-		mh.cancel(wrap(ml.name, ErrReleased))
-		if cause := context.Cause(mh.ctx); len(errs) == 0 && errors.Is(cause, ErrLost) {
-			return cause
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// allLost reports whether every error is a loss (nothing to retry).
-func allLost(errs []error) bool {
-	for _, e := range errs {
-		if !errors.Is(e, ErrLost) {
-			return false
-		}
-	}
-	return true
 }

@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/seckillguard/seckillguard/ctxend"
-	"github.com/seckillguard/seckillguard/fencing"
 )
 
 // A RedLock is one lock over N independent Redis deployments (N Clients, each
@@ -75,9 +71,8 @@ type redKey struct{ id string }
 type redHold struct {
 	compoundHold // its holds are the nodes it holds, by client index; nil where it has none
 
-	mu     sync.Mutex         // guards levels, ended and alive
-	alive  int                // nodes still held
-	expire context.CancelFunc // releases the validity timer; nil without WithLease
+	mu    sync.Mutex // guards levels, ended and alive
+	alive int        // nodes still held
 }
 
 // NewRedLock returns the lock called name over clients, one Client per
@@ -195,42 +190,33 @@ func (r *RedLock) nodeLease(i int, lo lockOptions) time.Duration {
 	return r.clients[i].opts.watchdogTimeout
 }
 
-func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
-	if err := r.usable(); err != nil {
-		return ctx, err
-	}
-	if ctx == nil {
-		return ctx, noContext(r.name)
-	}
-	// The Clients' own WithReplicaAck defaults do not apply: the nodes of
-	// a RedLock are independent masters. Asking for it here is a mistake.
+// lockOptions returns the options of an acquisition: opts alone. The
+// Clients' own WithReplicaAck defaults do not apply: the nodes of a RedLock
+// are independent masters. Asking for it here is a mistake (lo.err).
+func (r *RedLock) lockOptions(opts []LockOption) lockOptions {
 	var lo lockOptions
 	for _, f := range opts {
 		if f != nil {
 			f(&lo)
 		}
 	}
-	if lo.err != nil {
-		return ctx, wrap(r.name, lo.err)
+	if lo.err == nil && lo.ack.replicas > 0 {
+		lo.err = fmt.Errorf("%w: replica acknowledgement does not apply to a RedLock (its nodes are independent masters)", ErrInvalid)
 	}
-	if lo.ack.replicas > 0 {
-		return ctx, wrap(r.name, fmt.Errorf("%w: replica acknowledgement does not apply to a RedLock (its nodes are independent masters)", ErrInvalid))
-	}
-	if ctxend.Ended(ctx) {
-		return ctx, ctxErr(r.name, ctx)
-	}
-	if rh, _ := ctx.Value(redKey{r.id}).(*redHold); rh != nil {
-		rh.mu.Lock()
-		ok := rh.levels > 0 && rh.ctx.Err() == nil
-		if ok {
-			rh.levels++
-		}
-		rh.mu.Unlock()
-		if ok {
-			return ctx, nil
-		}
-	}
+	return lo
+}
 
+func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOption) (context.Context, error) {
+	if err := r.usable(); err != nil {
+		return ctx, err
+	}
+	lo := r.lockOptions(opts)
+	if err := startAcquire(ctx, r.name, lo); err != nil {
+		return ctx, err
+	}
+	if r.reenter(ctx) {
+		return ctx, nil
+	}
 	// A node whose lock ctx holds already (a Mutex of the name on that
 	// node's Client) is re-entered; the others are taken afresh.
 	p, err := enterParts(ctx, r.name, r.nodes, r.order, true)
@@ -238,104 +224,36 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 		return ctx, err
 	}
 	defer p.exit()
-	holds, carried := p.holds, p.carried
-
-	lease, nodeTimeout, drift := r.timing(lo)
-	var (
-		start  time.Time
-		taken  []bool
-		token  fencing.Token
-		split  bool
-		leases = make([]any, len(r.clients))
-	)
-	for i := range r.clients {
-		leases[i] = r.clients[i].leaseArg(r.nodeLease(i, lo))
+	a := r.newAcquisition(p.holds, lo)
+	if err := r.wait(ctx, p.carried, wait, a); err != nil {
+		return ctx, err
 	}
-	try := func(ctx context.Context) (bool, time.Duration, error) {
-		if split {
-			// A split vote: wait a random moment so that contenders that
-			// split the nodes between them do not collide again.
-			pause := rand.N(min(lease/10, 50*time.Millisecond) + time.Millisecond)
-			select {
-			case <-time.After(pause):
-			case <-ctx.Done():
-				return false, 0, ctxErr(r.name, ctx)
-			}
-		}
-		start = time.Now()
-		res := r.each(ctx, nodeTimeout, func(ctx context.Context, i int) (any, error) {
-			h := holds[i]
-			n, err := r.clients[i].run(ctx, acquireScript, r.nodes[i].keys, leases[i], h.field, h.levels, r.clients[i].tokenTTL).Int64()
-			return acquireReply(n), err
-		})
-		taken = make([]bool, len(r.clients))
-		tokens := make([]fencing.Token, len(r.clients))
-		var ok, failed int
-		var errs []error
-		retry := time.Duration(-1)
-		for i, x := range res {
-			if x.err != nil {
-				failed++
-				errs = append(errs, noted(fmt.Sprintf("node %d", i), unavailable(x.err)))
-				continue
-			}
-			reply := x.val.(acquireReply)
-			switch {
-			case reply.token() > 0 || reply.reentered():
-				taken[i] = true
-				ok++
-				tokens[i] = reply.token()
-				if holds[i].levels > 0 {
-					tokens[i] = holds[i].token
-				}
-			case reply.held():
-				if d := retryAfter(r.clients[i], reply.pttl()); retry < 0 || d < retry {
-					retry = d
-				}
-			default:
-				// A node this owner held is gone: its hold is lost, and
-				// the node counts as refused. Trying again at once would
-				// find it gone again: the wait is for the other nodes.
-				if h := holds[i]; r.clients[i].holds.lose(h) {
-					h.end(lostError(h.name, "its hold was gone when a RedLock re-entered it"))
-				}
-			}
-		}
-		if ok >= r.quorum && lease-time.Since(start)-drift > 0 {
-			token = 0
-			for i := range taken {
-				if taken[i] {
-					token = max(token, tokens[i])
-				}
-			}
-			if r.raise(ctx, nodeTimeout, taken, tokens, token) >= r.quorum && lease-time.Since(start)-drift > 0 {
-				return true, 0, nil
-			}
-		}
-		// Not enough: release every node that may have been taken.
-		unknown := make([]bool, len(r.clients))
-		for i, x := range res {
-			unknown[i] = taken[i] || (x.err != nil && outcomeUnknown(x.err))
-		}
-		r.rollback(ctx, nodeTimeout, holds, unknown)
-		split = ok > 0
-		if ctxend.Ended(ctx) {
-			return false, 0, ctxErr(r.name, ctx)
-		}
-		if failed > len(r.clients)-r.quorum {
-			return false, 0, wrap(r.name, fmt.Errorf("%w: %d of %d nodes unreachable, %d needed: %w",
-				ErrNoQuorum, failed, len(r.clients), r.quorum, errors.Join(errs...)))
-		}
-		if retry < 0 {
-			retry = 0 // the majority was too slow, not refused: try again
-		}
-		return false, retry, nil
-	}
+	return r.hold(ctx, p, a), nil
+}
 
-	// The wait queues on the first node ctx does not hold already: the
-	// waiters of a node it holds (a Mutex's, on that node's Client) may
-	// wait for this very owner, and a RedLock behind them would wait for
-	// itself. With a node held, the first attempt goes ahead of them.
+// reenter adds a level to the acquisition of the RedLock that ctx carries,
+// if there is one and it is held still, and reports whether it did.
+func (r *RedLock) reenter(ctx context.Context) bool {
+	rh, _ := ctx.Value(redKey{r.id}).(*redHold)
+	if rh == nil {
+		return false
+	}
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	ok := rh.levels > 0 && rh.ctx.Err() == nil
+	if ok {
+		rh.levels++
+	}
+	return ok
+}
+
+// wait runs the attempts of a until one takes a majority, within wait. The
+// wait queues on the first node ctx does not hold already (carried: the
+// nodes it does): the waiters of a node it holds (a Mutex's, on that
+// node's Client) may wait for this very owner, and a RedLock behind them
+// would wait for itself. With a node held, the first attempt goes ahead of
+// them.
+func (r *RedLock) wait(ctx context.Context, carried []bool, wait time.Duration, a *redAcquisition) error {
 	rw := &redWait{r: r}
 	reentry := false
 	for i := len(r.clients) - 1; i >= 0; i-- {
@@ -345,57 +263,57 @@ func (r *RedLock) acquire(ctx context.Context, wait time.Duration, opts []LockOp
 			rw.home = i
 		}
 	}
-	err = r.clients[rw.home].waitFor(ctx, waitSpec{
-		name: r.name, channel: r.nodes[rw.home].unlockCh, wait: wait, lease: lease, try: try,
+	defer rw.close()
+	return r.clients[rw.home].waitFor(ctx, waitSpec{
+		name: r.name, channel: r.nodes[rw.home].unlockCh, wait: wait, lease: a.lease, try: a.try,
 		subscribe: rw.subscribe, eager: reentry,
 	})
-	rw.close()
-	if err != nil {
-		return ctx, err
-	}
-	return r.hold(ctx, holds, carried, taken, token, lo, lease, drift, start), nil
 }
 
-// hold records the acquisition that took the nodes marked in taken.
-func (r *RedLock) hold(base context.Context, holds []*hold, carried, taken []bool, token fencing.Token, lo lockOptions, lease, drift time.Duration, start time.Time) context.Context {
-	rh := &redHold{compoundHold: compoundHold{levels: 1, holds: make([]*hold, len(holds)), carried: carried, token: token}}
+// hold records the acquisition a, whose last attempt took a majority of
+// the nodes, with the parts p.
+func (r *RedLock) hold(base context.Context, p *parts, a *redAcquisition) context.Context {
+	lo, start := a.lo, a.start
+	rh := &redHold{compoundHold: compoundHold{levels: 1, holds: make([]*hold, len(p.holds)), carried: p.carried, token: a.token}}
 	rctx := rh.begin(base)
 	if lo.lease > 0 {
-		rctx, rh.expire = context.WithDeadlineCause(rctx, start.Add(lease-drift),
-			lostError(r.name, "its validity of "+(lease-drift).String()+" ran out"))
+		rctx, rh.expire = context.WithDeadlineCause(rctx, start.Add(a.lease-a.drift),
+			lostError(r.name, "its validity of "+(a.lease-a.drift).String()+" ran out"))
 	}
-	for i, h := range holds {
-		if !taken[i] {
+	for i, h := range p.holds {
+		if !a.taken[i] {
 			continue
 		}
 		rh.holds[i] = h
 		rh.alive++
 		if h.levels > 0 {
-			h.reentered(start)
-			// The node's counter was raised to the RedLock's token,
-			// above the tokens h reserved for handing its lock over.
-			h.top = h.token
+			reenteredBy(h, start) // the node's counter was raised to the RedLock's token
 			continue
 		}
 		h.prepare(r.nodes[i], lo) // its lease is nodeLease(i, lo)
-		h.token, h.top = token, 0
+		h.token, h.top = a.token, 0
 		r.clients[i].establish(base, h, start)
 		h.tieToParent()
 	}
-	rh.watch(func(i int, cause error) {
-		if !errors.Is(cause, ErrLost) && !errors.Is(cause, ErrReleased) {
-			return // the caller's context ended: the RedLock's ends with it
-		}
-		rh.mu.Lock()
-		rh.alive--
-		alive := rh.alive
-		rh.mu.Unlock()
-		if alive < r.quorum {
-			rh.cancel(wrap(r.name, because(ErrLost, fmt.Errorf("%w: %d of %d nodes left (node %d: %w)",
-				ErrNoQuorum, alive, len(r.clients), i, cause))))
-		}
-	})
+	rh.watch(func(i int, cause error) { r.nodeEnded(rh, i, cause) })
 	return rh.publish(rctx, redKey{r.id}, rh, func() { r.parentEnded(rh) })
+}
+
+// nodeEnded counts the loss of node i of the acquisition rh, whose hold's
+// context ended with cause: when fewer than a majority are left, rh's
+// context ends with a cause matching ErrLost and ErrNoQuorum.
+func (r *RedLock) nodeEnded(rh *redHold, i int, cause error) {
+	if !errors.Is(cause, ErrLost) && !errors.Is(cause, ErrReleased) {
+		return // the caller's context ended: the RedLock's ends with it
+	}
+	rh.mu.Lock()
+	rh.alive--
+	alive := rh.alive
+	rh.mu.Unlock()
+	if alive < r.quorum {
+		rh.cancel(wrap(r.name, because(ErrLost, fmt.Errorf("%w: %d of %d nodes left (node %d: %w)",
+			ErrNoQuorum, alive, len(r.clients), i, cause))))
+	}
 }
 
 // parentEnded releases the RedLock acquisition rh because the context it was
@@ -415,76 +333,15 @@ func (r *RedLock) parentEnded(rh *redHold) {
 		if h == nil || !rh.carried[i] {
 			continue
 		}
-		c := r.clients[i]
-		c.holds.refAgain(h)
-		_ = h.enter(context.Background())
-		if c.holds.stillHeld(h) {
-			ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
-			_ = c.releaseLevel(ctx, h)
-			cancel()
-		}
-		h.leave()
-		c.holds.unref(h)
+		one := rh.holds[i : i+1]
+		enterAll(one)
+		endCarried(h, 1)
+		exitAll(one)
 	}
 	rh.stopParts()
 	if rh.expire != nil {
 		rh.expire()
 	}
-}
-
-// A nodeResult is the outcome of one node's call.
-type nodeResult struct {
-	val any
-	err error
-}
-
-// each runs f for every node at once, each bounded by timeout, and waits for
-// all of them.
-func (r *RedLock) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int) (any, error)) []nodeResult {
-	out := make([]nodeResult, len(r.clients))
-	var wg sync.WaitGroup
-	for i := range r.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			v, err := f(nctx, i)
-			out[i] = nodeResult{v, err}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// raise makes the token counters of the nodes taken at least t and returns
-// how many taken nodes have such a counter now.
-func (r *RedLock) raise(ctx context.Context, timeout time.Duration, taken []bool, tokens []fencing.Token, t fencing.Token) int {
-	res := r.each(ctx, timeout, func(ctx context.Context, i int) (any, error) {
-		if !taken[i] || tokens[i] >= t {
-			return nil, nil
-		}
-		return nil, r.clients[i].run(ctx, raiseTokenScript, r.nodes[i].keys[1:], int64(t), r.clients[i].tokenTTL).Err()
-	})
-	n := 0
-	for i, x := range res {
-		if taken[i] && x.err == nil {
-			n++
-		}
-	}
-	return n
-}
-
-// rollback undoes, on the nodes marked, the level an attempt added.
-func (r *RedLock) rollback(ctx context.Context, timeout time.Duration, holds []*hold, marked []bool) {
-	rctx := context.WithoutCancel(ctx)
-	r.each(rctx, timeout, func(ctx context.Context, i int) (any, error) {
-		if !marked[i] {
-			return nil, nil
-		}
-		c := r.clients[i]
-		return nil, c.run(ctx, releaseScript, r.nodes[i].relKeys, holds[i].field, holds[i].levels+1, c.publish).Err()
-	})
 }
 
 // Unlock releases one level of the RedLock held by ctx; the final Unlock
@@ -502,32 +359,37 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	}
 	// A closed Client's node was given up when it closed (it counts as
 	// lost); the others are still released.
-	if ctx == nil {
-		return noContext(r.name)
+	rh, err := heldCompound[*redHold](ctx, redKey{r.id}, r.name)
+	if err != nil {
+		return err
 	}
-	rh, _ := ctx.Value(redKey{r.id}).(*redHold)
-	if rh == nil {
-		if errors.Is(context.Cause(ctx), ErrLost) {
-			return wrap(r.name, ErrLost)
-		}
-		return wrap(r.name, ErrNotHeld)
-	}
-	rh.mu.Lock()
-	if rh.levels == 0 {
-		ended := rh.ended
-		rh.mu.Unlock()
-		if ended {
-			return nil // released when the context it was taken with ended
-		}
-		return wrap(r.name, ErrNotHeld)
-	}
-	rh.levels--
-	final := rh.levels == 0
-	rh.mu.Unlock()
-	if !final {
-		return nil
+	if final, err := r.unlockLevel(rh); !final {
+		return err
 	}
 	rh.stopWatching()
+	r.releaseNodes(ctx, rh)
+	return rh.released(r.name)
+}
+
+// unlockLevel takes one level off rh and reports whether it was the last;
+// when rh had none left it reports the error of the Unlock.
+func (r *RedLock) unlockLevel(rh *redHold) (final bool, err error) {
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	if rh.levels == 0 {
+		if rh.ended {
+			return false, nil // released when the context it was taken with ended
+		}
+		return false, wrap(r.name, ErrNotHeld)
+	}
+	rh.levels--
+	return rh.levels == 0, nil
+}
+
+// releaseNodes releases every node rh holds, at once, for the final Unlock
+// with ctx. A node that cannot be reached is given up: nothing renews it,
+// and it expires with its lease.
+func (r *RedLock) releaseNodes(ctx context.Context, rh *redHold) {
 	_, timeout, _ := r.timing(lockOptions{})
 	var wg sync.WaitGroup
 	for i, h := range rh.holds {
@@ -554,112 +416,4 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	rh.cancel(wrap(r.name, ErrReleased))
-	if rh.expire != nil {
-		rh.expire()
-	}
-	if cause := context.Cause(rh.ctx); errors.Is(cause, ErrLost) {
-		return cause
-	}
-	return nil
-}
-
-// A redWait is the subscription side of one RedLock wait: the waiter waits
-// in the queue of its home node's Client, and an unlock on any node wakes
-// it.
-type redWait struct {
-	r       *RedLock
-	home    int        // the client index whose queue the wait is in
-	subs    []*chanSub // by client index; [home] unused (the queue's own)
-	relayed []bool
-}
-
-// subscribe subscribes the unlock channel on every node it can reach within
-// a node timeout. A node that cannot be reached is skipped: its unlock
-// messages are missed, which the wait's bound covers.
-func (w *redWait) subscribe(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error {
-	r := w.r
-	c0 := r.clients[w.home]
-	if w.subs == nil {
-		w.subs = make([]*chanSub, len(r.clients))
-		w.relayed = make([]bool, len(r.clients))
-	}
-	c0.qmu.Lock()
-	if q.sub == nil {
-		q.sub = c0.subs.acquire(q.channel)
-	}
-	all := []*chanSub{q.sub}
-	c0.qmu.Unlock()
-	for i, c := range r.clients {
-		if i == w.home {
-			continue
-		}
-		if w.subs[i] == nil {
-			w.subs[i] = c.subs.acquire(r.nodes[i].unlockCh)
-		}
-		if !w.relayed[i] {
-			c.addRelay(r.nodes[i].unlockCh, relay{to: c0, channel: q.channel})
-			w.relayed[i] = true
-		}
-		all = append(all, w.subs[i])
-	}
-	_, timeout, _ := r.timing(lockOptions{})
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-wait:
-	for _, s := range all {
-		select {
-		case <-s.ready:
-		case <-timer.C:
-			break wait
-		case <-deadline:
-			return notAcquired(ctx, r.name)
-		case <-ctx.Done():
-			return ctxErr(r.name, ctx)
-		}
-	}
-	// Drop failed subscriptions, so that the next attempt subscribes anew.
-	c0.qmu.Lock()
-	var drop *chanSub
-	if s := q.sub; s != nil && isDone(s.ready) && s.err != nil {
-		drop, q.sub = s, nil
-	}
-	c0.qmu.Unlock()
-	if drop != nil {
-		c0.subs.release(drop)
-	}
-	for i := range r.clients {
-		if s := w.subs[i]; i != w.home && isDone(s.ready) && s.err != nil {
-			r.clients[i].subs.release(s)
-			w.subs[i] = nil
-		}
-	}
-	return nil
-}
-
-// close ends the subscriptions and relays of the wait.
-func (w *redWait) close() {
-	home := relay{to: w.r.clients[w.home], channel: w.r.nodes[w.home].unlockCh}
-	for i := range w.subs {
-		if i == w.home {
-			continue
-		}
-		c := w.r.clients[i]
-		if w.subs[i] != nil {
-			c.subs.release(w.subs[i])
-		}
-		if w.relayed[i] {
-			c.removeRelay(w.r.nodes[i].unlockCh, home)
-		}
-	}
-}
-
-// isDone reports whether ch is closed.
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }

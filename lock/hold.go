@@ -118,8 +118,7 @@ type hold struct {
 	pinned   bool // held: stays registered until released or lost
 	lost     bool
 	stopLife func() bool // stops the release that parent's end would trigger (see establish)
-	expiry   *time.Timer // ends ctx when a fixed lease runs out; nil without one
-	until    time.Time   // when expiry fires
+	expiry   *deadline   // ends ctx when a fixed lease runs out; nil without one
 
 	// inflight is the handover that made the hold, while it may still be
 	// on its way to Redis (see handOverAhead); nil otherwise.

@@ -9,7 +9,7 @@ import (
 // A holdTable is a Client's registry of holds: which holds exist, which are
 // in use by an operation, which are held, which were lost. It owns the
 // fields of every hold that change outside the hold's semaphore (refs,
-// pinned, lost, stopLife, expiry, until); h.sem serialises the operations on one
+// pinned, lost, stopLife, expiry); h.sem serialises the operations on one
 // hold, the watchdog owns its renewals and the wait queues (Client.qmu) its
 // waiters.
 //
@@ -151,22 +151,33 @@ func (h *hold) expireAt(at time.Time) {
 func (h *hold) extendTo(at time.Time) {
 	t := &h.c.holds
 	t.mu.Lock()
-	if h.expiry == nil || !at.After(h.until) {
+	if h.expiry == nil || !at.After(h.expiry.at) {
 		t.mu.Unlock()
 		return
 	}
 	h.setExpiry(at)
 }
 
+// A deadline is when a fixed hold ends (its context cancelled with ErrLost)
+// and the timer that ends it then. Only fixed holds have one, so that the
+// hold itself stays small.
+type deadline struct {
+	timer *time.Timer
+	at    time.Time
+}
+
+// Stop stops d's timer.
+func (d *deadline) Stop() { d.timer.Stop() }
+
 // setExpiry is expireAt's work; the caller holds the hold table's mutex,
 // which setExpiry unlocks.
 func (h *hold) setExpiry(at time.Time) {
 	t := &h.c.holds
 	lease := at.Sub(h.start).Round(time.Millisecond)
-	var timer *time.Timer
-	timer = time.AfterFunc(time.Until(at), func() {
+	d := &deadline{at: at}
+	d.timer = time.AfterFunc(time.Until(at), func() {
 		t.mu.Lock()
-		current := h.expiry == timer
+		current := h.expiry == d
 		t.mu.Unlock()
 		if !current {
 			return // replaced by a re-entry's later deadline, or ended
@@ -179,7 +190,7 @@ func (h *hold) setExpiry(at time.Time) {
 		h.cancel(cause)
 	})
 	old := h.expiry
-	h.expiry, h.until = timer, at
+	h.expiry = d
 	t.mu.Unlock()
 	if old != nil {
 		old.Stop()

@@ -19,7 +19,7 @@ const (
 // foreignLook is how long a waiter that finds the lock free with a foreign
 // waiter first in line waits before it looks again: a live one takes the lock
 // within a round trip, so one still first then is taken to be stuck, which
-// the Client logs (see fairWaiter.attempt).
+// the Client logs (see fairWaiter.stuck).
 const foreignLook = time.Second
 
 // A FairMutex is a Mutex granted in arrival order across every Client and
@@ -156,7 +156,8 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 	return f.m.c.unlock(ctx, f.m.hk, f.m.name)
 }
 
-// The FairMutex is the kind of the holds it takes.
+// A fairWaiter is the kind of the holds a FairMutex takes; the methods that
+// need nothing of one acquisition are the FairMutex's.
 
 func (f *fairWaiter) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	c := f.m.c

@@ -371,10 +371,11 @@ func printFairLine(w io.Writer, line []lock.Waiter, total int64) {
 	}
 	fmt.Fprintf(w, "  fair line: %d\n", total)
 	for i, wt := range line {
+		fmt.Fprintf(w, "    %d. %s  %s\n", i+1, wt.Field, wt.Side())
 		if wt.Foreign {
-			fmt.Fprintf(w, "    %d. %s  foreign, deadline %s\n", i+1, wt.Field, lease(wt.Deadline))
+			fmt.Fprintf(w, "       deadline %s\n", lease(wt.Deadline))
 		} else {
-			fmt.Fprintf(w, "    %d. %s  ours, liveness %s, deadline %s\n", i+1, wt.Field, lease(wt.Expires), lease(wt.Deadline))
+			fmt.Fprintf(w, "       liveness %s, deadline %s\n", lease(wt.Expires), lease(wt.Deadline))
 		}
 	}
 	if int64(len(line)) < total {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,42 @@ func TestInspect_RedissonLockHeldTwice(t *testing.T) {
 		if !r.Held || r.Kind != "mutex" || len(r.Owners) != 1 || r.Owners[0].OwnerID != "57" || r.Owners[0].Holds != 2 || r.LeaseMs <= 29000 {
 			t.Errorf("%q: %+v", args, r)
 		}
+	}
+}
+
+// TestInspect_AFairLineShowsEachWaitersSide: a FairMutex line shared with
+// Redisson shows which waiter is a foreign (Java) one and which is ours, with
+// their deadlines, in text and in JSON.
+func TestInspect_AFairLineShowsEachWaitersSide(t *testing.T) {
+	srv := testenv.Redis(t)
+	ours := "5e1d0c3a-8b2f-4c7d-9e6a-1f2b3c4d5e6f:12345"
+	now := time.Now().UnixMilli()
+	srv.Do("HSET", "sku:42", javaField, 1)
+	srv.Do("PEXPIRE", "sku:42", 30000)
+	srv.Do("RPUSH", "redisson_lock_queue:{sku:42}", javaField, ours)
+	srv.Do("ZADD", "redisson_lock_timeout:{sku:42}", now+330000, javaField, now+630000, ours)
+	srv.Do("HSET", "seckillguard_fair_alive:{sku:42}", ours, strconv.FormatInt(now+30000, 10)+":300000")
+
+	out, err := cli(t, srv, "inspect", "sku:42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFits(t, out)
+	for _, want := range []string{"fair line: 2", "1. " + javaField + "  foreign", "2. " + ours + "  ours", "liveness "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect prints no %q:\n%s", want, out)
+		}
+	}
+	out, err = cli(t, srv, "inspect", "-json", "sku:42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r lockReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(r.Queue) != 2 || r.Queue[0].Side != "foreign" || r.Queue[1].Side != "ours" || r.Queue[0].DeadlineMs < 300000 || r.Queue[1].ExpiresMs > 30000 {
+		t.Fatalf("fair line %+v", r.Queue)
 	}
 }
 

@@ -123,6 +123,30 @@ func TestFairLock_AGivenUpWaiterLowersTheDeadlinesBehindIt(t *testing.T) {
 	l.Unlock(ctx, 1)
 }
 
+// RedissonLock.lock() calls no acquireFailed when its thread is interrupted
+// (only tryLock does): the place stays in line until it goes stale, which is
+// how a JVM that dies while waiting leaves it too.
+func TestFairLock_AnInterruptedLockKeepsItsPlace(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := newClient(t, srv, Config{})
+	ctx := context.Background()
+	l := c.FairLock("f")
+	l.Lock(ctx, 1)
+	wctx, interrupt := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Lock(wctx, 2) }()
+	waitUntil(t, "thread 2 in line", func() bool { return srv.Do("LLEN", "redisson_lock_queue:{f}") == int64(1) })
+	interrupt()
+	if err := <-done; err == nil {
+		t.Fatal("the interrupted lock() returned no error")
+	}
+	if srv.Do("LLEN", "redisson_lock_queue:{f}") != int64(1) {
+		t.Fatal("the interrupted lock() left the line")
+	}
+	score(t, srv, "redisson_lock_timeout:{f}", c.Field(2))
+	l.Unlock(ctx, 1)
+}
+
 func TestFairLock_UnlockTellsTheFirstWaiterOnItsOwnChannelOnly(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := newClient(t, srv, Config{})

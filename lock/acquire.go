@@ -214,11 +214,12 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 	}
 }
 
-// reenter adds a level to h, which ctx holds already. A lease > 0
-// (WithLease) applies to the hold from then on, as in Redisson: the hold is
-// fixed to it, no longer renewed by the watchdog, and its context ends when
-// it runs out, measured from this call. Without one the hold keeps its lease
-// as it is (a fixed one its deadline).
+// reenter adds a level to h, which ctx holds already. A re-entry never
+// weakens the hold it enters: it never shortens the lease and never turns the
+// watchdog off. A lease > 0 (WithLease) extends a fixed hold to at least d
+// from this call (its context then ends at the later of the two deadlines)
+// and does nothing to a hold the watchdog renews. Without one the hold keeps
+// its lease as it is (a fixed one its deadline).
 func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
 	if c.holds.isLost(h) {
 		return ctx, lostHold(h)
@@ -230,6 +231,9 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 		if !h.fixed {
 			c.dog.add(&h.renewal, c.dog.leaseEnd(&h.renewal))
 		}
+	}
+	if !h.fixed {
+		lease = 0 // the watchdog renews the hold: a lease would only weaken it
 	}
 	start := time.Now()
 	h.relet = lease
@@ -248,23 +252,20 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 	}
 	h.levels++
 	if lease > 0 {
-		if !h.fixed {
-			c.dog.remove(&h.renewal)
-		}
-		h.fixed, h.lease = true, lease
-		h.expireAt(start.Add(lease))
+		h.extendTo(start.Add(lease))
 	}
 	return h.levelContext(ctx), nil
 }
 
 // leaseArgs returns the script arguments of h's lease for a first
-// acquisition and for a re-entry: the lease the re-entry asks for
-// (WithLease), or else the hold's lease, or "0" for a fixed lease, which
-// keeps its deadline.
+// acquisition and for a re-entry: for a fixed hold the lease a re-entry asks
+// for (WithLease), which the scripts apply only where it lasts longer than
+// the lease left, or else "0", which keeps its deadline; for a hold the
+// watchdog renews its lease, as a renewal would set it.
 func (c *Client) leaseArgs(h *hold) (first, again any) {
 	first = c.leaseArg(h.lease)
 	switch {
-	case h.relet > 0:
+	case h.fixed && h.relet > 0:
 		return first, c.leaseArg(h.relet)
 	case h.fixed:
 		return first, "0"

@@ -51,7 +51,6 @@ const (
 type FairMutex struct {
 	m         *Mutex
 	keys      []string // lock, queue, deadlines, channel prefix, token counter
-	fixKeys   []string // keys and the Mutex's fixed-lease mark: a re-entry WithLease
 	leaveKeys []string // lock, queue, deadlines, channel prefix
 }
 
@@ -63,7 +62,6 @@ func (c *Client) FairMutex(name string) *FairMutex {
 		k := f.m.key
 		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh}
 		f.keys = append(append([]string{}, f.leaveKeys...), f.m.keys[1])
-		f.fixKeys = append(append([]string{}, f.keys...), f.m.fixKeys[2])
 	}
 	return f
 }
@@ -147,11 +145,7 @@ func (f *FairMutex) attempt(ctx context.Context, via processor, h *hold) (bool, 
 func (f *FairMutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	c := f.m.c
 	_, lease := c.leaseArgs(h)
-	keys := f.keys
-	if h.relet > 0 {
-		keys = f.fixKeys // the lease is fixed from now on: see fixedPrefix
-	}
-	r, err := readPair(c.run(ctx, fairAcquireScript, keys, lease, h.field, h.levels, c.leaseMS, c.publish, c.tokenTTL))
+	r, err := readPair(c.run(ctx, fairAcquireScript, f.keys, lease, h.field, h.levels, c.leaseMS, c.publish, c.tokenTTL))
 	if err != nil {
 		return false, err
 	}

@@ -89,7 +89,7 @@ type hold struct {
 	token  fencing.Token
 	top    fencing.Token // the last token reserved for this hold's run of handovers (see tokenBlock); <= token when none is
 	lease  time.Duration // lease of every acquisition and renewal
-	relet  time.Duration // the lease a re-entry under way sets (WithLease), 0 when none
+	relet  time.Duration // the lease a re-entry of a fixed hold under way extends it to (WithLease), 0 when none
 	start  time.Time     // when the first acquisition, or the handover to this hold, was sent
 	ack    replicaAck    // replicas that must confirm the first acquisition
 	// The flags side by side, in one word (a hold's size decides its
@@ -118,7 +118,7 @@ type hold struct {
 	pinned   bool // held: stays registered until released or lost
 	lost     bool
 	stopLife func() bool // stops the release that parent's end would trigger (see establish)
-	expiry   *time.Timer // ends ctx when a fixed lease runs out; nil without one
+	expiry   *deadline   // ends ctx when a fixed lease runs out; nil without one
 
 	// inflight is the handover that made the hold, while it may still be
 	// on its way to Redis (see handOverAhead); nil otherwise.

@@ -135,16 +135,47 @@ func (t *holdTable) size() int {
 // that moment or a little after (its lease was set after at was measured);
 // a later Unlock answers ErrLost.
 func (h *hold) expireAt(at time.Time) {
-	lease := h.lease
 	t := &h.c.holds
-	var timer *time.Timer
 	t.mu.Lock() // the timer is h.expiry before it can fire
-	timer = time.AfterFunc(time.Until(at), func() {
+	h.setExpiry(at)
+}
+
+// extendTo makes h end at at rather than at its current deadline, when at
+// is later (a re-entry of a fixed hold WithLease); a hold that ends later
+// already, or has ended, keeps its deadline.
+func (h *hold) extendTo(at time.Time) {
+	t := &h.c.holds
+	t.mu.Lock()
+	if h.expiry == nil || !at.After(h.expiry.at) {
+		t.mu.Unlock()
+		return
+	}
+	h.setExpiry(at)
+}
+
+// A deadline is when a fixed hold ends (its context cancelled with ErrLost)
+// and the timer that ends it then. Only fixed holds have one, so that the
+// hold itself stays small.
+type deadline struct {
+	timer *time.Timer
+	at    time.Time
+}
+
+// Stop stops d's timer.
+func (d *deadline) Stop() { d.timer.Stop() }
+
+// setExpiry is expireAt's work; the caller holds the hold table's mutex,
+// which setExpiry unlocks.
+func (h *hold) setExpiry(at time.Time) {
+	t := &h.c.holds
+	lease := at.Sub(h.start).Round(time.Millisecond)
+	d := &deadline{at: at}
+	d.timer = time.AfterFunc(time.Until(at), func() {
 		t.mu.Lock()
-		current := h.expiry == timer
+		current := h.expiry == d
 		t.mu.Unlock()
 		if !current {
-			return // replaced by a re-entry's new lease, or ended
+			return // replaced by a re-entry's later deadline, or ended
 		}
 		cause := lostError(h.name, "its lease of "+lease.String()+" ran out")
 		if t.lose(h) {
@@ -154,7 +185,7 @@ func (h *hold) expireAt(at time.Time) {
 		h.cancel(cause)
 	})
 	old := h.expiry
-	h.expiry = timer
+	h.expiry = d
 	t.mu.Unlock()
 	if old != nil {
 		old.Stop()

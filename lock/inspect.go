@@ -275,14 +275,14 @@ func (c *Client) countSubscribers(ctx context.Context, in *Inspection) error {
 
 // derivedPrefixes are the prefixes of the keys derived from lock names,
 // which Scan does not report as locks.
-var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":", fixedPrefix + ":"}
+var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":"}
 
 // Scan returns the names of the locks whose keys match the glob pattern
 // (namespace applied; the names are returned without it), at most limit of
 // them, with SCAN, so Redis is never blocked; on a Cluster every master is
 // scanned. A key counts as a lock when it is a hash or a sorted set and not
 // one of the keys derived from a lock name (token counters, wait lines,
-// fixed-lease marks).
+// lease sets).
 // Scan reads at most 100 keys per name wanted, so a pattern that matches
 // mostly other keys ends early; the names are sorted.
 func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string, error) {

@@ -10,42 +10,6 @@ import (
 	"github.com/seckillguard/seckillguard/lock"
 )
 
-// A re-entry with WithLease applies the new lease to the hold from then on,
-// as Redisson does: a hold the watchdog renewed becomes a fixed lease that
-// runs out (and cancels the context) after the new lease.
-func TestLease_ReentryWithLeaseFixesAWatchdogHold(t *testing.T) {
-	srv := testenv.Redis(t)
-	c := instances(t, srv, 1, lock.WithWatchdogTimeout(900*time.Millisecond))[0]
-	name := lockName(t)
-	m := c.Mutex(name)
-	outer, err := m.Lock(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	// Longer than the watchdog's period (300ms): a watchdog still renewing
-	// it would have done so before it ran out.
-	inner, err := m.Lock(outer, lock.WithLease(600*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d, _ := m.TTL(context.Background()); d > 600*time.Millisecond {
-		t.Fatalf("TTL after the re-entry with a 600ms lease = %v", d)
-	}
-	select {
-	case <-inner.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("the hold outlived its new lease of 600ms")
-	}
-	if d := time.Since(start); d < 550*time.Millisecond {
-		t.Fatalf("context ended after %v, before its lease", d)
-	}
-	if !errors.Is(context.Cause(outer), lock.ErrLost) {
-		t.Fatalf("cause = %v, want ErrLost (the lease ran out)", context.Cause(outer))
-	}
-	eventually(t, time.Second, "the key expires with the new lease (nothing renews it)", func() bool { return srv.Do("EXISTS", name) == int64(0) })
-}
-
 // A longer lease on a re-entry extends a fixed hold: the context lives on
 // past the first lease.
 func TestLease_ReentryWithALongerLeaseExtendsAFixedHold(t *testing.T) {

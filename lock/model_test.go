@@ -69,7 +69,7 @@ var modelMixes = map[string]bool{
 	"rollback": true, // the token counter rolled back (while below the Redis clock)
 	"restart":  true, // Redis restarted, its data gone (single Redis only)
 	"long":     true, // work longer than the watchdog's period, so renewals matter
-	"release":  true, // re-entries with a fixed lease, which applies to the hold from then on
+	"release":  true, // re-entries with a lease, which extends a fixed hold and leaves a watchdog hold as it is
 	"multire":  true, // MultiLocks over names the goroutine holds already
 	"red":      true, // RedLocks over three more Redis servers, from two sets of Clients (single Redis only)
 }

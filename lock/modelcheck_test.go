@@ -246,7 +246,8 @@ type grant struct {
 // tokensBefore's answer for the grants' names, in order; tokens reports
 // whether the acquisition hands out a token for its names (a compound lock
 // re-entering a hold issues one too); fixed is its lease when fixed, and
-// relet says whether a re-entry's lease applies to the hold it re-enters.
+// relet says whether a re-entry's lease may extend the fixed hold it
+// re-enters.
 func (m *model) entered(who string, client int, via string, ctx context.Context, called, returned time.Time,
 	grants []grant, floors []fencing.Token, tokens bool, fixed time.Duration, relet bool) []*mhold {
 	tok, _ := fencing.FromContext(ctx)
@@ -257,9 +258,11 @@ func (m *model) entered(who string, client int, via string, ctx context.Context,
 	for i, g := range grants {
 		if g.reenter != nil {
 			g.reenter.levels++
-			if fixed > 0 && relet {
-				// A re-entry's lease applies to the hold from then on.
-				g.reenter.leaseEnd = returned.Add(fixed)
+			if fixed > 0 && relet && !g.reenter.leaseEnd.IsZero() {
+				// A re-entry never weakens the hold: its lease extends a
+				// fixed hold to at least its own end and does nothing to
+				// a hold the watchdog renews.
+				g.reenter.leaseEnd = laterOf(g.reenter.leaseEnd, returned.Add(fixed))
 			}
 			out[i] = g.reenter
 			m.logf("%s re-enters %s with %s (levels %d) called=%s", who, g.reenter, via, g.reenter.levels, m.at(called))

@@ -38,8 +38,7 @@ type Mutex struct {
 	handle
 	key      string   // the lock hash
 	keys     []string // {lock, token counter}
-	fixKeys  []string // keys and the fixed-lease mark: a re-entry WithLease
-	renKeys  []string // {lock, fixed-lease mark}: the watchdog's renewal
+	renKeys  []string // {lock}: the watchdog's renewal
 	relKeys  []string // {lock, unlock channel}
 	freeKeys []string // relKeys and the line of a FairMutex of the name, whose next waiter ForceUnlock wakes too
 	args     []any    // {lock, token counter, lock, unlock channel}: keys and relKeys boxed once, for the hot path's script calls
@@ -65,8 +64,7 @@ func newMutex(c *Client, name string) *Mutex {
 	m.keys, m.freeKeys, m.relKeys = keys[0:2:2], keys[2:5:5], keys[2:4:4]
 	var lock any = m.key
 	m.args = []any{lock, token, lock, m.unlockCh}
-	m.fixKeys = append(append([]string{}, m.keys...), derived(fixedPrefix, m.key))
-	m.renKeys = []string{m.key, m.fixKeys[2]}
+	m.renKeys = keys[0:1:1]
 	m.hk = c.holdKey(m.key, exclusive)
 	return m
 }
@@ -155,11 +153,7 @@ func (m *Mutex) attempt(ctx context.Context, via processor, h *hold) (bool, time
 
 func (m *Mutex) reenter(ctx context.Context, h *hold) (bool, error) {
 	_, lease := m.c.leaseArgs(h)
-	keys := m.keys
-	if h.relet > 0 {
-		keys = m.fixKeys // the lease is fixed from now on: see fixedPrefix
-	}
-	n, err := m.c.run(ctx, acquireScript, keys, lease, h.field, h.levels).Int64()
+	n, err := m.c.run(ctx, acquireScript, m.keys, lease, h.field, h.levels).Int64()
 	if err != nil {
 		return false, err
 	}

@@ -11,13 +11,6 @@ const (
 	tokenPrefix   = "redisson_lock_token"
 )
 
-// fixedPrefix names the key a re-entry with WithLease writes beside a lock
-// the watchdog was renewing: its value is the owner's field, its expiry the
-// lock's new one. A renewal already on its way when the lease was fixed
-// finds it and leaves the lock's expiry alone (renew.lua). Redisson has no
-// such key and ignores it.
-const fixedPrefix = "seckillguard_fixed_lease"
-
 // derived names a key or channel that belongs to the lock called name, the way
 // Redisson does: the name is wrapped in braces so that both hash to the same
 // Cluster slot, unless it already carries a hash tag.

@@ -125,14 +125,19 @@ type lockOptions struct {
 // that outlives the lease learns it at once. Default: no fixed lease; the
 // watchdog renews the lock while it is held. d must be positive.
 //
-// On a re-entry (a Lock with a context that holds the lock already) the new
-// lease applies to the hold from then on, as in Redisson: the hold is fixed
-// to d from this call, renewed by nothing, and its context ends when d runs
-// out, however it was held before. A re-entry without WithLease leaves the
-// hold as it is: a fixed lease keeps its deadline, a renewed hold stays
-// renewed. (Redisson's lock() without a lease would switch a leased hold to
-// the watchdog; here a helper that re-enters cannot stretch a fixed lease
-// without saying so.) MultiLock and RedLock re-entries keep their leases.
+// A re-entry (a Lock with a context that holds the lock already) never
+// weakens the hold it enters: it never shortens its lease and never turns
+// its watchdog off, so an inner function cannot take the watchdog away from
+// its caller. WithLease on a re-entry extends a fixed hold to at least d from
+// this call (its context then ends at the later of its deadline and that
+// one) and does nothing to a hold the watchdog renews. A re-entry without
+// WithLease leaves the hold as it is: a fixed lease keeps its deadline, a
+// renewed hold stays renewed. Redisson differs: its RLock re-entry with a
+// lease sets the lock's expiry to the new lease (shorter or not, and a
+// re-entry without one puts a leased hold under the watchdog), and its write
+// lock's re-entry adds the new lease to what is left. MultiLock and RedLock
+// re-entries keep their leases. A downgrade (RWMutex.RLock with the write
+// lock's context) is not a re-entry: its read hold has a lease of its own.
 //
 // A fixed lease is the classic trap of Redis locks: work that takes longer
 // than d runs unprotected. Prefer the watchdog, and fence the writes.

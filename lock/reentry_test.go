@@ -119,16 +119,16 @@ func TestReentry_WithLeaseUnderAMultiLockLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-// A re-entry WithLease fixes the hold to the new lease; Unlocks before it
-// runs out release every level, and after it has run out they answer
-// ErrLost and leave nothing behind either.
+// A re-entry WithLease extends a fixed hold; Unlocks before its lease runs
+// out release every level, and after it has run out they answer ErrLost and
+// leave nothing behind either.
 func TestReentry_WithLeaseReleasesEveryLevel(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := instances(t, srv, 1)[0]
 	m := c.Mutex(lockName(t))
 	bg := context.Background()
 	for _, runOut := range []bool{false, true} {
-		ctx, err := m.Lock(bg)
+		ctx, err := m.Lock(bg, lock.WithLease(100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

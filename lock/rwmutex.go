@@ -48,14 +48,12 @@ const (
 // An RWMutex does no I/O until used and may be copied freely.
 type RWMutex struct {
 	handle
-	key     string
-	keys    []string // hash, readers, writers, channel
-	wkeys   []string // keys + token counter
-	fixKeys []string // wkeys + the write hold's fixed-lease mark: a write re-entry WithLease
-	renKeys []string // {hash, fixed-lease mark}: the watchdog's renewal of a write hold
-	rk, wk  any      // the context keys of its read and write holds (see heldKey)
-	read    readKind
-	write   writeKind
+	key    string
+	keys   []string // hash, readers, writers, channel
+	wkeys  []string // keys + token counter
+	rk, wk any      // the context keys of its read and write holds (see heldKey)
+	read   readKind
+	write  writeKind
 }
 
 // readKind is the kind of read holds. over is the write field of the hold a
@@ -84,8 +82,6 @@ func (c *Client) RWMutex(name string) *RWMutex {
 	}
 	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key)}
 	rw.wkeys = append(append([]string{}, rw.keys...), derived(tokenPrefix, rw.key))
-	rw.fixKeys = append(append([]string{}, rw.wkeys...), derived(fixedPrefix, rw.key))
-	rw.renKeys = []string{rw.key, rw.fixKeys[5]}
 	rw.rk, rw.wk = c.holdKey(rw.key, reader), c.holdKey(rw.key, writer)
 	return rw
 }
@@ -275,11 +271,7 @@ func (k *writeKind) attempt(ctx context.Context, via processor, h *hold) (bool, 
 func (k *writeKind) reenter(ctx context.Context, h *hold) (bool, error) {
 	rw := k.rw
 	_, lease := rw.c.leaseArgs(h)
-	keys := rw.wkeys
-	if h.relet > 0 {
-		keys = rw.fixKeys // the lease is fixed from now on: see fixedPrefix
-	}
-	r, err := readPair(rw.c.run(ctx, writeAcquireScript, keys, lease, h.field, readerField(h.field), h.levels, rw.c.publish, rw.c.leaseMS, rw.c.tokenTTL))
+	r, err := readPair(rw.c.run(ctx, writeAcquireScript, rw.wkeys, lease, h.field, readerField(h.field), h.levels, rw.c.publish, rw.c.leaseMS, rw.c.tokenTTL))
 	if err != nil {
 		return false, err
 	}
@@ -307,7 +299,7 @@ func (k *writeKind) undo(ctx context.Context, h *hold, acquired bool) {
 }
 
 func (k *writeKind) renewal(h *hold) (*script, []string, []any) {
-	return renewScript, k.rw.renKeys, []any{h.field}
+	return renewScript, k.rw.keys[:1], []any{h.field}
 }
 
 func (k *writeKind) channel(*hold) string { return k.rw.keys[3] }

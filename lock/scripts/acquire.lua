@@ -4,8 +4,10 @@
 -- KEYS[1]  the lock: a hash, field "<clientUUID>:<ownerID>" -> hold count
 -- KEYS[2]  the token counter "redisson_lock_token:{<name>}" (a string with an
 --          idle expiry: see set_counter in lib.lua)
--- ARGV[1]  lease in milliseconds (0 = leave the expiry as it is; re-entries of
---          fixed-lease holds keep their original deadline)
+-- ARGV[1]  lease in milliseconds. A re-entry only ever extends the lock's
+--          expiry to it, never shortens it (a re-entry never weakens the hold
+--          it enters); 0 leaves the expiry as it is (a fixed-lease hold
+--          re-entered without a lease keeps its deadline)
 -- ARGV[2]  the owner field
 -- ARGV[3]  the hold count the owner believes it has before this call ("0" for a
 --          first acquisition). Comparing it with the stored count makes the
@@ -13,10 +15,6 @@
 --          reply lost) is recognised instead of counting twice.
 -- ARGV[4]  the token counter's idle expiry in milliseconds, "0" for none
 --          (a first acquisition only)
--- KEYS[3]  optional, for a re-entry that fixes the lease (WithLease) of a
---          hold the watchdog renewed: the mark "seckillguard_fixed_lease:{<name>}",
---          set to the owner field with the lock's new expiry, so that a
---          renewal already on its way does not stretch it (see renew.lua)
 --
 -- Returns one integer (an array reply would cost Redis and the client more
 -- on every acquisition; mutex.go decodes it):
@@ -89,8 +87,7 @@ if held ~= expected + 1 then
   -- (held == expected + 1: applied before, only its reply was lost)
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
 end
-if lease > 0 then
+if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
   redis.call('pexpire', KEYS[1], lease)
-  if KEYS[3] then redis.call('set', KEYS[3], ARGV[2], 'px', lease) end
 end
 return 0

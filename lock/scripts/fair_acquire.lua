@@ -5,15 +5,14 @@
 --
 -- KEYS[1..4]  see fairlib.lua
 -- KEYS[5]     the token counter "redisson_lock_token:{<name>}"
--- ARGV[1]     lease in milliseconds (0 = keep the expiry: re-entry of a fixed lease)
+-- ARGV[1]     lease in milliseconds; a re-entry only extends the expiry to it,
+--             never shortens it (0 = keep the expiry: re-entry of a fixed lease)
 -- ARGV[2]     the owner field
 -- ARGV[3]     the hold count the owner believes it has before this call (0 for
 --             a first acquisition); makes resent calls harmless, as in acquire.lua
 -- ARGV[4]     how long a place in the queue lasts without a sign of life (ms)
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[6]     the token counter's idle expiry in milliseconds, "0" for none
--- KEYS[6]     optional, for a re-entry that fixes the lease: the fixed-lease
---             mark, as in acquire.lua
 --
 -- The first waiter that acquires tells the next one, on its channel, the
 -- lease it took ("-<ms>"): that one tries again when the lease ends at the
@@ -38,9 +37,8 @@ if expected > 0 then
   local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  if lease > 0 then
+  if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
     redis.call('pexpire', KEYS[1], lease)
-    if KEYS[6] then redis.call('set', KEYS[6], me, 'px', lease) end
   end
   return {1, 0}
 end

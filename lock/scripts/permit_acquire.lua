@@ -6,7 +6,8 @@
 --          by the next script that looks, so a dead holder's permit returns
 --          by itself.
 -- KEYS[2]  the release channel "redisson_sc:{<name>}"
--- ARGV[1]  lease in milliseconds (0 = keep the lease: re-entry of a fixed lease)
+-- ARGV[1]  lease in milliseconds; a re-entry only extends the permit's lease
+--          to it, never shortens it (0 = keep the lease: re-entry of a fixed lease)
 -- ARGV[2]  the holder member
 -- ARGV[3]  the levels the owner believes it holds (0 for a first acquisition)
 -- ARGV[4]  the number of permits
@@ -26,6 +27,8 @@ if redis.call('zremrangebyscore', KEYS[1], '-inf', now) > 0 then
 end
 
 local function extend()
+  local mine = tonumber(redis.call('zscore', KEYS[1], me) or 0)
+  if mine >= now + lease then return end -- a re-entry never shortens a lease
   redis.call('zadd', KEYS[1], now + lease, me)
   local last = redis.call('zrange', KEYS[1], -1, -1, 'withscores')
   redis.call('pexpire', KEYS[1], math.max(tonumber(last[2]) - now, 1))

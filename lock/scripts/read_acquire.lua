@@ -1,7 +1,8 @@
 -- read_acquire.lua: take or re-enter a read hold of an RWMutex.
 --
 -- KEYS[1..4]  see rwlib.lua
--- ARGV[1]     lease in milliseconds (0 = keep the lease: re-entry of a fixed lease)
+-- ARGV[1]     lease in milliseconds; a re-entry only extends the owner's lease
+--             to it, never shortens it (0 = keep the lease: re-entry of a fixed lease)
 -- ARGV[2]     the owner's read field "<clientUUID>:<ownerID>"
 -- ARGV[3]     the owner's write field "<clientUUID>:<ownerID>:write"
 -- ARGV[4]     the read hold count the owner believes it has before this call
@@ -25,6 +26,8 @@ local expected = tonumber(ARGV[4])
 purge(ARGV[5])
 
 local function extend()
+  local mine = tonumber(redis.call('zscore', KEYS[2], me) or 0)
+  if mine >= now + lease then return end -- a re-entry never shortens a lease
   redis.call('zadd', KEYS[2], now + lease, me)
   local least = lease
   if redis.call('hget', KEYS[1], 'mode') == 'write' then

@@ -3,7 +3,8 @@
 --
 -- KEYS[1..4]  see rwlib.lua
 -- KEYS[5]     the token counter "redisson_lock_token:{<name>}"
--- ARGV[1]     lease in milliseconds (0 = keep the expiry: re-entry of a fixed lease)
+-- ARGV[1]     lease in milliseconds; a re-entry only extends the hold to it,
+--             never shortens it (0 = keep the expiry: re-entry of a fixed lease)
 -- ARGV[2]     the owner's write field "<clientUUID>:<ownerID>:write"
 -- ARGV[3]     the owner's read field "<clientUUID>:<ownerID>"
 -- ARGV[4]     the write hold count the owner believes it has before this
@@ -11,8 +12,6 @@
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[6]     how long a waiting writer's place lasts without a sign of life (ms)
 -- ARGV[7]     the token counter's idle expiry in milliseconds, "0" for none
--- KEYS[6]     optional, for a re-entry that fixes the lease: the fixed-lease
---             mark, as in acquire.lua, with the hash's new expiry
 --
 -- Returns {1, token}  acquired (token 0 on a re-entry)
 --         {0, wait}   refused and waiting; wait: how long to wait for a
@@ -30,13 +29,10 @@ local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
 if expected > 0 then
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  -- The new lease applies to the write hold: the owner's read holds (a
-  -- downgrade) keep theirs, so the hash lasts until the longest of them.
-  if lease > 0 then
+  -- The hash lasts until the longest lease among its holders: the write
+  -- hold's, extended, or a read hold's (a downgrade) if longer.
+  if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
     hash_ttl(lease)
-    if KEYS[6] then
-      redis.call('set', KEYS[6], me, 'px', math.max(redis.call('pttl', KEYS[1]), 1))
-    end
   end
   return {1, 0}
 end

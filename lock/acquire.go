@@ -254,7 +254,31 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 	if lease > 0 {
 		h.extendTo(start.Add(lease))
 	}
+	if !c.holds.stillHeld(h) {
+		// Its lease ran out while the re-entry was on its way: the hold has
+		// ended and its owner was told, so the level the re-entry added (and
+		// the lease it may have stretched in Redis) must not keep the lock
+		// held by nobody.
+		c.dropOwner(ctx, h)
+		return ctx, lostHold(h)
+	}
 	return h.levelContext(ctx), nil
+}
+
+// dropOwner removes h's owner from Redis, whatever count it has there, within
+// a second and even if ctx has ended: the hold ended while a call that added
+// to it was on its way.
+func (c *Client) dropOwner(ctx context.Context, h *hold) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	levels := h.levels
+	h.levels = 1 // a last level: every kind's release removes the owner whatever its count
+	_, err := h.kind.release(rctx, h)
+	h.levels = levels
+	if err != nil {
+		c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not remove a re-entry that came after its hold ended; it expires with its lease",
+			"lock", h.name, "err", err)
+	}
 }
 
 // leaseArgs returns the script arguments of h's lease for a first

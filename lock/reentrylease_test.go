@@ -202,3 +202,41 @@ func reentryLongerLeaseExtends(t *testing.T, k reentryKind) {
 		t.Fatalf("Unlock after the lease ran out = %v; want ErrLost", err)
 	}
 }
+
+// A re-entry WithLease whose reply arrives just after the hold's fixed lease
+// ran out (its context ended with ErrLost) is no success: it answers ErrLost
+// and leaves nothing behind in Redis, where the lease it asked for would
+// otherwise keep the lock held by nobody.
+func TestReentry_WithLeaseAnsweredAfterTheLeaseRanOutIsLost(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k reentryKind) {
+		srv := testenv.Redis(t)
+		p, rdb := proxied(t, srv)
+		c := lock.New(rdb)
+		t.Cleanup(func() { c.Close() })
+		other := instances(t, srv, 1)[0]
+		name := lockName(t)
+		take, _ := k.lock(c, name)
+		const lease, latency = time.Second, 200 * time.Millisecond
+		start := time.Now()
+		outer, err := take(context.Background(), lock.WithLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The re-entry reaches Redis about 100ms before the lease ends there
+		// and its reply comes back about 100ms after the hold's context ended.
+		time.Sleep(time.Until(start.Add(lease - latency - 100*time.Millisecond)))
+		p.SetLatency(latency)
+		inner, err := take(outer, lock.WithLease(5*time.Second))
+		p.SetLatency(0)
+		if outer.Err() == nil {
+			t.Skipf("the hold's lease had not run out when the re-entry returned (%v after it was taken): the machine was too fast or too slow for the scenario", time.Since(start))
+		}
+		if !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("a re-entry answered after the hold's lease ran out = %v (context ended: %v); want ErrLost", err, inner.Err())
+		}
+		if err := k.intrude(other, name); err != nil {
+			d, _ := srv.Client().PTTL(context.Background(), name).Result()
+			t.Fatalf("another Client, once the re-entry returned: %v (the lock's PTTL %v); want it free", err, d)
+		}
+	})
+}

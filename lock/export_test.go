@@ -22,8 +22,8 @@ func DescribeHolds(c *Client) []string {
 	return out
 }
 
-// RenewScriptSHA is the SHA1 the watchdog's renewals of exclusive and write
-// holds are sent under (EVALSHA), for a test that picks them out of the
+// RenewScriptSHA is the SHA1 the watchdog's renewals of exclusive holds
+// are sent under (EVALSHA), for a test that picks them out of the
 // traffic.
 func RenewScriptSHA() string { return renewScript.Hash() }
 

@@ -80,8 +80,9 @@ type Owner struct {
 	OwnerID  string // the second part: the hold's owner id (Java: thread id)
 	Holds    int64  // the hold count: how many Unlocks free it
 	Write    bool   // an RWMutex's write hold
-	// Lease is the holder's own remaining lease, for read holds of an
-	// RWMutex and permits of a Semaphore (0 when the key's Lease applies).
+	// Lease is the holder's own remaining lease, for the holds of an
+	// RWMutex (read and write) and permits of a Semaphore (0 when the key's
+	// Lease applies).
 	Lease time.Duration
 }
 

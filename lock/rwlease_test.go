@@ -100,3 +100,55 @@ func TestRWMutex_WriteReentryWithAShortLeaseWeakensNeitherHold(t *testing.T) {
 		t.Fatalf("RUnlock: %v", err)
 	}
 }
+
+// A write hold taken WithLease whose owner downgrades ends in Redis with its
+// lease, whatever the read hold does: once the write hold's context was told
+// (ErrLost), its write field and the "write" mode go, so other Clients'
+// readers get in beside the downgraded reader, which lives on.
+func TestRWMutex_WriteLeaseEndRemovesTheWriteHoldUnderADowngrade(t *testing.T) {
+	srv := testenv.Redis(t)
+	cs := instances(t, srv, 2, lock.WithWatchdogTimeout(900*time.Millisecond))
+	name := lockName(t)
+	rw := cs[0].RWMutex(name)
+	bg := context.Background()
+	wctx, err := rw.Lock(bg, lock.WithLease(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, err := rw.RLock(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the write hold outlived its lease")
+	}
+	if !errors.Is(context.Cause(wctx), lock.ErrLost) {
+		t.Fatalf("the write hold ended with %v; want ErrLost", context.Cause(wctx))
+	}
+	other := cs[1].RWMutex(name)
+	var got error
+	deadline := time.Now().Add(time.Second)
+	for {
+		var octx context.Context
+		if octx, got = other.TryRLock(bg, 0); got == nil {
+			_ = other.RUnlock(octx)
+			break
+		}
+		if time.Now().After(deadline) {
+			fields, _ := srv.Client().HGetAll(bg, name).Result()
+			t.Fatalf("another Client's reader, a second after the write hold's lease ended: %v; the lock hash holds %v", got, fields)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if mode, _ := srv.Client().HGet(bg, name, "mode").Result(); mode != "read" {
+		t.Fatalf("mode %q beside the downgraded reader; want read", mode)
+	}
+	if rctx.Err() != nil {
+		t.Fatalf("the downgraded read hold ended with the write hold: %v", context.Cause(rctx))
+	}
+	if err := rw.RUnlock(rctx); err != nil {
+		t.Fatalf("RUnlock: %v", err)
+	}
+}

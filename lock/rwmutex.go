@@ -299,7 +299,9 @@ func (k *writeKind) undo(ctx context.Context, h *hold, acquired bool) {
 }
 
 func (k *writeKind) renewal(h *hold) (*script, []string, []any) {
-	return renewScript, k.rw.keys[:1], []any{h.field}
+	// A write hold's lease is its score among the holders' leases, as a
+	// read hold's is: its renewal is the readers' (see rwlib.lua).
+	return readRenewScript, k.rw.keys[:2], []any{h.field}
 }
 
 func (k *writeKind) channel(*hold) string { return k.rw.keys[3] }

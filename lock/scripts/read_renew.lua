@@ -1,11 +1,13 @@
--- read_renew.lua: the watchdog's batch renewal of RWMutex read holds. Renews
--- only the reader's own lease, never the others': a crashed reader's lease
--- runs out even while other readers are renewed.
+-- read_renew.lua: the watchdog's batch renewal of RWMutex holds, read and
+-- write: each has a lease of its own among the holders' leases (see
+-- rwlib.lua). Renews only the holder's own lease, never the others': a
+-- crashed reader's lease runs out even while other readers are renewed.
 --
 -- KEYS        for each hold in turn: the lock hash, its readers' set
 --             "seckillguard_rwlock_readers:{<name>}"; all in one hash slot
 -- ARGV[1]     lease in milliseconds
--- ARGV[1+i]   the reader field of the i-th hold
+-- ARGV[1+i]   the holder's field of the i-th hold (a reader's, or a writer's
+--             "<...>:write")
 --
 -- Returns an array: 1 where the hold was renewed, 0 where it is gone.
 local lease = tonumber(ARGV[1])

@@ -5,11 +5,13 @@
 --          "read" or "write"; each reader's field "<clientUUID>:<ownerID>" ->
 --          its read hold count; the writer's field "<...>:write" -> its
 --          write hold count. PEXPIRE = the longest lease among its holders.
--- KEYS[2]  the readers' leases "seckillguard_rwlock_readers:{<name>}": a
---          sorted set, reader field -> server time (ms) its lease ends. Each
---          read hold expires on its own: a reader past its lease is dropped
---          from the hash, so one crashed reader never keeps a writer out
---          while the others come and go.
+-- KEYS[2]  the holders' leases "seckillguard_rwlock_readers:{<name>}": a
+--          sorted set, reader field (and the writer's field) -> server time
+--          (ms) its lease ends. Each hold expires on its own: a holder past
+--          its lease is dropped from the hash, so one crashed reader never
+--          keeps a writer out while the others come and go, and a write hold
+--          whose lease ended goes even while its owner's read hold (a
+--          downgrade) keeps the hash alive.
 -- KEYS[3]  the waiting writers "seckillguard_rwlock_writers:{<name>}": a
 --          sorted set, writer field -> server time (ms) by which it must show
 --          it is alive. While it is not empty, new readers wait (the lock
@@ -29,18 +31,27 @@ local function hash_ttl(min_ms)
   end
 end
 
--- purge drops readers whose lease ended and writers that stopped waiting.
--- When that frees the lock it wakes the waiters (publish: the command).
+-- purge drops holders whose lease ended and writers that stopped waiting.
+-- When that frees the lock, or leaves only readers where a writer held, it
+-- wakes the waiters (publish: the command).
 local function purge(publish)
   local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
   if #dead > 0 then
+    local writer = false
     for _, f in ipairs(dead) do
       redis.call('hdel', KEYS[1], f)
+      if string.sub(f, -6) == ':write' then writer = true end
     end
     redis.call('zremrangebyscore', KEYS[2], '-inf', now)
     if redis.call('hlen', KEYS[1]) <= 1 then
       redis.call('del', KEYS[1], KEYS[2])
       redis.call(publish, KEYS[4], 0)
+    elseif writer then
+      -- The write hold's lease ended under its owner's read hold (a
+      -- downgrade): the readers hold the lock now.
+      redis.call('hset', KEYS[1], 'mode', 'read')
+      hash_ttl(0)
+      redis.call(publish, KEYS[4], 1)
     elseif redis.call('hget', KEYS[1], 'mode') == 'read' then
       hash_ttl(0)
     end

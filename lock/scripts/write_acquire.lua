@@ -29,16 +29,20 @@ local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
 if expected > 0 then
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  -- The hash lasts until the longest lease among its holders: the write
-  -- hold's, extended, or a read hold's (a downgrade) if longer.
-  if lease > 0 and redis.call('pttl', KEYS[1]) < lease then
+  -- The write hold's own lease (its score among the leases) only ever
+  -- moves later; the hash lasts until the longest lease among its holders.
+  if lease > 0 then
+    if tonumber(redis.call('zscore', KEYS[2], me) or 0) < now + lease then
+      redis.call('zadd', KEYS[2], now + lease, me)
+    end
     hash_ttl(lease)
   end
   return {1, 0}
 end
 if held == 1 then
   -- This acquisition was applied before; only its reply was lost.
-  redis.call('pexpire', KEYS[1], lease)
+  redis.call('zadd', KEYS[2], now + lease, me)
+  hash_ttl(lease)
   redis.call('zrem', KEYS[3], me)
   return {1, tonumber(redis.call('get', KEYS[5]) or 0)}
 end
@@ -47,7 +51,8 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false and redis.call('exists', KEYS[1]) == 0 then
   redis.call('del', KEYS[2])
   redis.call('hset', KEYS[1], 'mode', 'write', me, 1)
-  redis.call('pexpire', KEYS[1], lease)
+  redis.call('zadd', KEYS[2], now + lease, me)
+  hash_ttl(lease)
   redis.call('zrem', KEYS[3], me)
   return {1, issue_token(KEYS[5], 0, 1, ARGV[7])}
 end

@@ -12,6 +12,7 @@ local had = redis.call('zrem', KEYS[3], ARGV[1])
 local wake = false
 if ARGV[3] == '1' and redis.call('hget', KEYS[1], ARGV[1]) == '1' then
   redis.call('hdel', KEYS[1], ARGV[1])
+  redis.call('zrem', KEYS[2], ARGV[1]) -- its lease
   if redis.call('hlen', KEYS[1]) <= 1 then
     redis.call('del', KEYS[1], KEYS[2])
   else

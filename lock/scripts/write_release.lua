@@ -17,6 +17,7 @@ if left then
   return left
 end
 
+redis.call('zrem', KEYS[2], me) -- the write hold's lease
 purge(ARGV[3])
 if redis.call('hlen', KEYS[1]) <= 1 then
   redis.call('del', KEYS[1], KEYS[2])

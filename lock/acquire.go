@@ -248,9 +248,6 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 	if !h.fixed {
 		lease = 0 // the watchdog renews the hold: a lease would only weaken it
 	}
-	if !h.fixed {
-		lease = 0 // the watchdog renews the hold: a lease would only weaken it
-	}
 	start := time.Now()
 	h.relet = lease
 	ok, err := h.kind.reenter(ctx, h)

@@ -280,3 +280,52 @@ func TestHandover_ANewHolderWhoseContextEndsBeforeItsTransferLandsFreesTheLock(t
 		t.Fatalf("another Client's TryLock after the new holder's context ended: %v", err)
 	}
 }
+
+// A new holder whose transfer lands late, but within its lease, is renewed
+// from its landing on: the renewal passes that ran while the transfer was
+// on its way passed it over, and the next one comes after its lease. Here
+// the releaser unlocks late in a renewal period (0.8 of a period after the
+// watchdog renewed it) and its transfer takes half a lease to land, after
+// the last pass of the releaser's lease: a watchdog timeout of 10 s, and a
+// transfer whose resend follows a read timeout of 3 s.
+func TestHandover_ANewHolderWhoseTransferLandsLateIsRenewedOnLanding(t *testing.T) {
+	const lease = 2400 * time.Millisecond
+	period := lease / 3
+	renewed := make(chan struct{}, 1)
+	s := setupAhead(t, lock.WithWatchdogTimeout(lease), lock.WithObserver(func(e lock.Event) {
+		if e.Type == lock.EventRenewed {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	s.slow.delay = lease / 2
+	name := lockName(t)
+	select {
+	case <-renewed: // one from before, maybe
+	default:
+	}
+	select {
+	case <-renewed:
+	case <-time.After(2 * period):
+		t.Fatal("the releaser was not renewed")
+	}
+	time.Sleep(period * 4 / 5)
+	ctx, _, unlocked := s.unlockAndTake(t)
+	taken := time.Now()
+	if err := <-unlocked; err != nil {
+		t.Fatalf("the releaser's Unlock: %v", err)
+	}
+	time.Sleep(time.Until(taken.Add(2 * lease)))
+	if ctx.Err() != nil {
+		t.Fatalf("the new holder's hold, its transfer landed %v after the handover, ended within two leases of it: %v",
+			s.slow.delay, context.Cause(ctx))
+	}
+	if field, _ := s.srv.Client().HGetAll(context.Background(), name).Result(); len(field) != 1 {
+		t.Fatalf("the lock hash %v (PTTL %v ms) two leases after the handover: want the new holder's field, renewed", field, s.srv.Do("PTTL", name))
+	}
+	if err := s.m.Unlock(ctx); err != nil {
+		t.Fatalf("the new holder's Unlock: %v", err)
+	}
+}

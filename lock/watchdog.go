@@ -58,6 +58,9 @@ type renewal struct {
 	// pending, guarded by watchdog.mu: a hold handed over ahead of its
 	// transfer (see pend): not renewed until the transfer landed.
 	pending bool
+	// owed, guarded by watchdog.mu: a pass found the pending hold due and
+	// passed it over; its landing renews it at once (see landed).
+	owed bool
 }
 
 // fail reports that the lock or the place r renews is lost, for why.
@@ -103,11 +106,22 @@ func (w *watchdog) handOff(h *renewal, until time.Time) { w.enlist(h, until, tru
 // still waits for its reply.
 func (w *watchdog) pend(h *renewal, until time.Time) { w.enlist(h, until, true, true) }
 
-// landed lets the watchdog renew h, pended until its transfer landed.
+// landed lets the watchdog renew h, pended until its transfer landed. A
+// hold that a pass passed over while its transfer was on its way is renewed
+// at once, beside the passes: the next pass may come after its lease (a
+// transfer late by a third of a lease or more). Only the passes on the
+// schedule owe such renewals, so that a hot key, whose next holder is
+// nearly always pending, costs at most one renewal more per pass.
 func (w *watchdog) landed(h *renewal) {
 	w.mu.Lock()
 	h.pending = false
+	owed := h.owed
+	h.owed = false
+	_, held := w.holds[h]
 	w.mu.Unlock()
+	if owed && held {
+		w.c.goBackground(func() { w.extend([]*renewal{h}) })
+	}
 }
 
 // claim is how the waiter of a handover looks at h from handOff when its
@@ -138,7 +152,7 @@ func (w *watchdog) adopt(h *renewal) bool {
 // enlist is add, handOff when handed, and pend when pending too.
 func (w *watchdog) enlist(h *renewal, until time.Time, handed, pending bool) {
 	w.mu.Lock()
-	h.until, h.handed, h.pending = until, handed, pending
+	h.until, h.handed, h.pending, h.owed = until, handed, pending, false
 	w.holds[h] = struct{}{}
 	if !w.running {
 		w.running = w.c.goBackground(w.loop)
@@ -309,16 +323,24 @@ func (w *watchdog) renew() time.Duration {
 	for h := range w.holds {
 		if w.due(h.until, now) && !h.pending {
 			all = append(all, h)
+		} else if h.pending && w.due(h.until, now) {
+			h.owed = true // passed over: renewed as it lands (see landed)
 		}
 	}
 	w.mu.Unlock()
+	return w.extend(all)
+}
+
+// extend renews the holds all once and returns how soon to retry the ones
+// that failed (a period when none did).
+func (w *watchdog) extend(all []*renewal) time.Duration {
 	if len(all) == 0 {
 		return w.period
 	}
 
 	chunks := w.chunk(all)
 	cmds, sent := w.send(chunks)
-	now = time.Now()
+	now := time.Now()
 
 	next := w.period
 	type loss struct {

@@ -106,22 +106,29 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 //
 // Until the outcome is known, w's hold is in flight (see inflightHandover):
 // every call on it that reaches Redis waits for the transfer first, and the
-// watchdog watches its lease without renewing it (see pend). When the
+// watchdog watches its lease without renewing it (see pend); a hold the
+// watchdog declares lost at its lease end answers at once. When the
 // transfer fails, a waiter that has not taken the grant yet tries afresh;
 // one that has is told, as of any loss: its context ends with ErrLost
 // (before its Lock returns, if the failure comes first), and its fencing
 // token (from h's block, below every token issued after the block) is
 // refused by the writes of whoever holds the lock next.
 func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
-	p := &inflightHandover{done: make(chan struct{})}
+	p := &inflightHandover{done: make(chan struct{}), lost: make(chan struct{})}
+	until := at.Add(w.h.lease)
 	w.h.setRenewal()
-	c.dog.pend(&w.h.renewal, at.Add(w.h.lease))
+	c.dog.pend(&w.h.renewal, until)
 	// Told before the waiter runs, so that the new holder's events follow
 	// it; a transfer that then finds the lock gone is told as h's loss.
 	c.observe(h, EventHandedOver, 0, nil)
 	c.handedOver(w, true, at, tok, top, p)
 	k := h.kind.(handing)
-	bg := context.WithoutCancel(ctx)
+	// Of no use after w's lease, when the lock has expired and w was told
+	// it lost it: the transfer's calls end then (for a go-redis client that
+	// heeds contexts while it waits for a reply, ContextTimeoutEnabled; a
+	// resend is not sent after it).
+	bg, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+	defer cancel()
 	got, _, err := k.transfer(bg, h, w.h, 0)
 	if err != nil && outcomeUnknown(err) {
 		// Maybe applied, maybe not (yet): a copy sent again is answered
@@ -155,6 +162,11 @@ func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.
 	p.record(true, false)
 	c.dog.landed(&w.h.renewal)
 	close(p.done)
+	if c.holds.isLost(w.h) {
+		// Declared lost at its lease end, the transfer landing later
+		// (before the lock expired): what it left goes.
+		c.goBackground(w.h.abandon)
+	}
 	return c.handedOn(h, renewed)
 }
 
@@ -188,10 +200,14 @@ func reservedNext(h *hold) (tok, top fencing.Token, ok bool) {
 
 // An inflightHandover is a handover whose waiter was woken before its
 // transfer reached Redis (see handOverAhead). done is closed once the
-// outcome is known; a hold's semaphore is entered only after that (see
-// hold.enter), so that no call on its field overtakes the transfer.
+// outcome is known, lost once the hold is known lost (see holdTable.lose);
+// a hold's semaphore is entered only after one of them (see hold.enter),
+// so that no call on its field overtakes the transfer, and a lost hold
+// answers at once however long the transfer's call still waits.
 type inflightHandover struct {
-	done chan struct{}
+	done     chan struct{}
+	lost     chan struct{}
+	lostOnce sync.Once
 
 	mu      sync.Mutex
 	settled bool // the outcome is known
@@ -206,6 +222,9 @@ func (p *inflightHandover) outcome() (settled, ok, stray bool) {
 	defer p.mu.Unlock()
 	return p.settled, p.ok, p.stray
 }
+
+// lose records that the hold p handed over was declared lost.
+func (p *inflightHandover) lose() { p.lostOnce.Do(func() { close(p.lost) }) }
 
 // record sets p's outcome.
 func (p *inflightHandover) record(ok, stray bool) {

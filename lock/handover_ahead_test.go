@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,10 +16,17 @@ import (
 
 // slowCalls is a go-redis hook that holds matching commands back for delay
 // before sending them, while on is set: a request slow on its way to Redis.
+// With cut set, closing it sends the ones held back at once (the end of a
+// test whose calls hang). With bounded set, a call whose context ends while
+// it is held back fails with the context's error, unsent, as go-redis's
+// calls do with ContextTimeoutEnabled; otherwise the context is ignored, as
+// go-redis ignores it by default once the command is written.
 type slowCalls struct {
-	match func(redis.Cmder) bool
-	delay time.Duration
-	on    atomic.Bool
+	match   func(redis.Cmder) bool
+	delay   time.Duration
+	on      atomic.Bool
+	cut     chan struct{}
+	bounded bool
 }
 
 func (h *slowCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -28,10 +36,33 @@ func (h *slowCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *slowCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h.on.Load() && h.match(cmd) {
-			time.Sleep(h.delay)
+			var ended <-chan struct{}
+			if h.bounded {
+				ended = ctx.Done()
+			}
+			t := time.NewTimer(h.delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-h.cut:
+			case <-ended:
+				cmd.SetErr(ctx.Err())
+				return ctx.Err()
+			}
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// hang makes s's transfers hang until the test ends (or bounded, until
+// their context ends): go-redis with ReadTimeout -1 waits for a reply that
+// does not come without bound.
+func (s *aheadSetup) hang(t *testing.T, bounded bool) {
+	t.Helper()
+	s.slow.delay = time.Hour
+	s.slow.bounded = bounded
+	s.slow.cut = make(chan struct{})
+	t.Cleanup(func() { close(s.slow.cut) })
 }
 
 // aheadSetup is a Client whose handovers reach Redis transferDelay late,
@@ -327,5 +358,107 @@ func TestHandover_ANewHolderWhoseTransferLandsLateIsRenewedOnLanding(t *testing.
 	}
 	if err := s.m.Unlock(ctx); err != nil {
 		t.Fatalf("the new holder's Unlock: %v", err)
+	}
+}
+
+// A new holder whose transfer hangs (go-redis waits for a reply without
+// bound with ReadTimeout -1) is told at its lease end that it lost the lock,
+// and from then on its hold answers every call at once: the Unlock and
+// HoldCount it made while the transfer was on its way return then, and so
+// does an Unlock after its parent's end began its release, rather than wait
+// for the transfer call for as long as go-redis does.
+func TestHandover_ANewHolderLostWhileItsTransferHangsAnswersAtOnce(t *testing.T) {
+	const lease = time.Second
+	late := lease / 2 // after the lease end, the longest an answer may take
+	t.Run("Unlock and HoldCount", func(t *testing.T) {
+		s := setupAhead(t, lock.WithWatchdogTimeout(lease))
+		s.hang(t, false)
+		ctx, _, _ := s.unlockAndTake(t)
+		taken := time.Now()
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- s.m.Unlock(ctx) }()
+		counted := make(chan error, 1)
+		go func() {
+			// Asked with a context that carries the hold but does not end
+			// with it (a job's, say): only the hold's loss stops the wait.
+			n, err := s.m.HoldCount(context.WithoutCancel(ctx))
+			if err == nil && n != 0 {
+				err = fmt.Errorf("count %d", n)
+			}
+			counted <- err
+		}()
+		select {
+		case err := <-unlocked:
+			if !errors.Is(err, lock.ErrLost) {
+				t.Errorf("the new holder's Unlock = %v, want ErrLost", err)
+			}
+		case <-time.After(time.Until(taken.Add(lease + late))):
+			t.Errorf("the new holder's Unlock still waits %v after the handover, its lease of %v over (its context: %v)",
+				time.Since(taken), lease, context.Cause(ctx))
+		}
+		select {
+		case err := <-counted:
+			if err != nil {
+				t.Errorf("the lost holder's HoldCount: %v, want 0", err)
+			}
+		case <-time.After(time.Until(taken.Add(lease + late))):
+			t.Errorf("the new holder's HoldCount still waits %v after the handover, its lease of %v over", time.Since(taken), lease)
+		}
+		go func() { unlocked <- s.m.Unlock(ctx) }()
+		select {
+		case err := <-unlocked:
+			if !errors.Is(err, lock.ErrLost) {
+				t.Errorf("the lost holder's Unlock again = %v, want ErrLost", err)
+			}
+		case <-time.After(late):
+			t.Errorf("the lost holder's Unlock again still waits after %v", late)
+		}
+	})
+	t.Run("after its parent's end", func(t *testing.T) {
+		parent, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s := setupAheadFrom(t, parent, lock.WithWatchdogTimeout(lease))
+		s.hang(t, false)
+		ctx, _, _ := s.unlockAndTake(t)
+		taken := time.Now()
+		cancel() // its release waits for the transfer
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- s.m.Unlock(ctx) }()
+		select {
+		case err := <-unlocked:
+			if err != nil && !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("the new holder's Unlock after its parent's end = %v, want nil or ErrLost", err)
+			}
+		case <-time.After(lease + late):
+			t.Fatalf("the new holder's Unlock after its parent's end still waits %v after the handover, its lease of %v over", time.Since(taken), lease)
+		}
+	})
+}
+
+// A transfer whose call hangs ends with the new holder's lease, when the
+// lock has expired and the new holder was told it lost it: for a go-redis
+// client that heeds a call's context while it waits for the reply
+// (ContextTimeoutEnabled), the releaser's Unlock returns then, the lock
+// freed, rather than wait for the reply for as long as go-redis does.
+func TestHandover_ATransferThatHangsEndsWithTheNewHoldersLease(t *testing.T) {
+	const lease = time.Second
+	s := setupAhead(t, lock.WithWatchdogTimeout(lease))
+	s.hang(t, true)
+	name := lockName(t)
+	ctx, _, unlocked := s.unlockAndTake(t)
+	taken := time.Now()
+	select {
+	case err := <-unlocked:
+		if err != nil {
+			t.Fatalf("the releaser's Unlock: %v, want nil (the lock freed)", err)
+		}
+	case <-time.After(lease + lease/2):
+		t.Fatalf("the releaser's Unlock still waits for the transfer %v after the handover, the new holder's lease of %v over", time.Since(taken), lease)
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLost) {
+		t.Fatalf("the new holder's cause = %v, want ErrLost", cause)
+	}
+	if _, err := s.other.Mutex(name).TryLock(context.Background(), time.Second); err != nil {
+		t.Fatalf("another Client's TryLock after the transfer ended: %v", err)
 	}
 }

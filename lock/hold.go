@@ -156,11 +156,13 @@ func (h *hold) logContext(ctx context.Context) context.Context {
 }
 
 // abandon removes from Redis what is left of h after its lease ran out
-// without a renewal getting through, within a second.
+// without a renewal getting through, within a second, once the transfer
+// that handed h over, if still on its way, has an outcome: removed before
+// it lands, h's field would be left by it.
 func (h *hold) abandon() {
 	ctx, cancel := h.c.backgroundContext(time.Second)
 	defer cancel()
-	if h.enter(ctx) == nil {
+	if h.landed(ctx) == nil && h.enter(ctx) == nil {
 		h.kind.undo(ctx, h, true)
 		h.leave()
 	}
@@ -177,10 +179,12 @@ func (c *Client) heldVia(ctx context.Context, hk any) *hold {
 
 // enter waits for h's semaphore or for ctx to end. A hold handed over ahead
 // of its transfer (see handOverAhead) is entered once the transfer's
-// outcome is known: every operation that enters it may send h's field to
-// Redis, and none may overtake the transfer.
+// outcome is known, or once the hold is known lost: every operation that
+// enters a held hold may send h's field to Redis, and none may overtake the
+// transfer; one that enters a lost hold answers ErrLost at once, without a
+// word to Redis, however long the transfer's call still waits.
 func (h *hold) enter(ctx context.Context) error {
-	if err := h.landed(ctx); err != nil {
+	if err := h.landedOrLost(ctx); err != nil {
 		return err
 	}
 	select {
@@ -197,6 +201,19 @@ func (h *hold) landed(ctx context.Context) error {
 	if p := h.inflight.Load(); p != nil {
 		select {
 		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// landedOrLost is landed, which returns early when h is known lost too.
+func (h *hold) landedOrLost(ctx context.Context) error {
+	if p := h.inflight.Load(); p != nil {
+		select {
+		case <-p.done:
+		case <-p.lost:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

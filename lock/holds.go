@@ -79,8 +79,10 @@ func (t *holdTable) unpin(h *hold) {
 }
 
 // lose records that h was lost and forgets it, so that the owner's next Lock
-// starts afresh; the watchdog stops renewing it. It reports whether h was
-// held until now; the caller then cancels h's context.
+// starts afresh; the watchdog stops renewing it, and the calls waiting for
+// the transfer that handed h over, if it is still on its way, stop waiting
+// (see hold.enter). It reports whether h was held until now; the caller
+// then cancels h's context.
 func (t *holdTable) lose(h *hold) bool {
 	h.c.dog.remove(&h.renewal)
 	t.mu.Lock()
@@ -91,6 +93,9 @@ func (t *holdTable) lose(h *hold) bool {
 	h.pinned, h.lost = false, true
 	if t.m[h.id] == h {
 		delete(t.m, h.id)
+	}
+	if p := h.inflight.Load(); p != nil {
+		p.lose()
 	}
 	return true
 }

@@ -278,7 +278,11 @@ func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, 
 	if h == nil {
 		return 0, nil
 	}
-	if err := h.landed(ctx); err != nil {
+	err := h.landedOrLost(ctx)
+	switch {
+	case !c.holds.stillHeld(h):
+		return 0, nil // lost while the transfer that handed it over was on its way
+	case err != nil:
 		return 0, ctxErr(name, ctx)
 	}
 	n, err := c.rdb.HGet(ctx, key, h.field).Int()

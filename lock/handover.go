@@ -91,8 +91,10 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 		w.h.setRenewal()
 		c.dog.handOff(&w.h.renewal, at.Add(w.h.lease))
 	}
-	c.handedOver(w, true, at, tok, top, nil)
+	// h's context ends, and the handover is told, before w runs.
+	h.handingOver()
 	c.observe(h, EventHandedOver, 0, nil)
+	c.handedOver(w, true, at, tok, top, nil)
 	return c.handedOn(h, renewed)
 }
 
@@ -112,14 +114,17 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 // one that has is told, as of any loss: its context ends with ErrLost
 // (before its Lock returns, if the failure comes first), and its fencing
 // token (from h's block, below every token issued after the block) is
-// refused by the writes of whoever holds the lock next.
+// refused by the writes of whoever holds the lock next. h's release is
+// decided as w is woken: h's context has ended by then.
 func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
 	p := &inflightHandover{done: make(chan struct{}), lost: make(chan struct{})}
 	until := at.Add(w.h.lease)
 	w.h.setRenewal()
 	c.dog.pend(&w.h.renewal, until)
-	// Told before the waiter runs, so that the new holder's events follow
-	// it; a transfer that then finds the lock gone is told as h's loss.
+	// h's context ends, and the handover is told, before the waiter runs,
+	// so that the new holder's events follow it; a transfer that then
+	// finds the lock gone is told as h's loss.
+	h.handingOver()
 	c.observe(h, EventHandedOver, 0, nil)
 	c.handedOver(w, true, at, tok, top, p)
 	k := h.kind.(handing)

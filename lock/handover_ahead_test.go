@@ -435,6 +435,68 @@ func TestHandover_ANewHolderLostWhileItsTransferHangsAnswersAtOnce(t *testing.T)
 	})
 }
 
+// The releaser's context ends, with ErrReleased, before the holder it hands
+// the lock to runs: two contexts of one lock are never live at once. A
+// handover ahead ends it before its waiter is woken, while the transfer is
+// still on its way; an ordinary one (the waiter's lease is fixed) before the
+// waiter is woken too, however long the releaser then takes to settle its
+// release (an Observer slow to take the releaser's end stands for a
+// releaser the scheduler leaves waiting).
+func TestHandover_TheReleasersContextEndsBeforeTheNextHolderRuns(t *testing.T) {
+	check := func(t *testing.T, held, next context.Context) {
+		t.Helper()
+		if held.Err() == nil {
+			t.Fatal("the releaser's context is live while the new holder runs")
+		}
+		if cause := context.Cause(held); !errors.Is(cause, lock.ErrReleased) {
+			t.Fatalf("the releaser's context ended with %v, want ErrReleased", cause)
+		}
+		if next.Err() != nil {
+			t.Fatalf("the new holder's context ended: %v", context.Cause(next))
+		}
+	}
+	t.Run("ahead of its transfer", func(t *testing.T) {
+		s := setupAhead(t)
+		ctx, _, unlocked := s.unlockAndTake(t)
+		check(t, s.held, ctx)
+		if err := s.m.Unlock(ctx); err != nil {
+			t.Fatalf("the new holder's Unlock: %v", err)
+		}
+		if err := <-unlocked; err != nil {
+			t.Fatalf("the releaser's Unlock: %v", err)
+		}
+	})
+	t.Run("after its transfer", func(t *testing.T) {
+		var stall atomic.Bool
+		srv := testenv.Redis(t)
+		c := instances(t, srv, 1, lock.WithObserver(func(e lock.Event) {
+			if e.Type == lock.EventReleased && stall.CompareAndSwap(true, false) {
+				time.Sleep(300 * time.Millisecond)
+			}
+		}))[0]
+		m := c.Mutex(lockName(t))
+		held, err := m.Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := waiting(t, m, lock.WithLease(10*time.Second))
+		stall.Store(true)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- m.Unlock(held) }()
+		ctx := <-next
+		if ctx == nil {
+			t.FailNow()
+		}
+		check(t, held, ctx)
+		if err := <-unlocked; err != nil {
+			t.Fatalf("the releaser's Unlock: %v", err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("the new holder's Unlock: %v", err)
+		}
+	})
+}
+
 // A transfer whose call hangs ends with the new holder's lease, when the
 // lock has expired and the new holder was told it lost it: for a go-redis
 // client that heeds a call's context while it waits for the reply
@@ -461,4 +523,41 @@ func TestHandover_ATransferThatHangsEndsWithTheNewHoldersLease(t *testing.T) {
 	if _, err := s.other.Mutex(name).TryLock(context.Background(), time.Second); err != nil {
 		t.Fatalf("another Client's TryLock after the transfer ended: %v", err)
 	}
+}
+
+// A handover ahead whose transfer and its resend fail with an unknown
+// outcome, and whose abort fails too, leaves the releaser's release to the
+// retries in the background, as any final Unlock that failed: its context
+// ended as the waiter was woken, the retries free the lock, and the caller's
+// own retry of its Unlock, after them, returns nil.
+func TestHandover_AReleaseWhoseTransferAheadFailedIsRetriedInTheBackground(t *testing.T) {
+	refused := &refusedCalls{match: isTransfer}
+	abort := &refusedCalls{match: isAbort}
+	f := newFaultyHandover(t, refused, abort)
+	ctx := f.handOver(t, func() {
+		refused.left.Store(2)
+		abort.left.Store(1)
+	}, func() bool {
+		defer abort.left.Store(0)
+		return refused.left.Swap(0) < 2
+	})
+	releaser := f.held
+	if cause := context.Cause(releaser); !errors.Is(cause, lock.ErrReleased) {
+		t.Fatalf("the releaser's context: %v, want ended with ErrReleased", cause)
+	}
+	// The waiter was told it lost the lock, or tried afresh once it was
+	// freed: either way the releaser's field goes.
+	eventually(t, 3*time.Second, "the releaser's field gone", func() bool {
+		n, _ := f.srv.Client().HLen(context.Background(), f.name).Result()
+		return ctx.Err() != nil && n == 0 || ctx.Err() == nil && n == 1
+	})
+	if err := f.m.Unlock(releaser); err != nil {
+		t.Fatalf("the caller's retry of the releaser's Unlock after the background retry released it: %v, want nil", err)
+	}
+	if ctx.Err() == nil {
+		if err := f.m.Unlock(ctx); err != nil {
+			t.Fatalf("the waiter's Unlock: %v", err)
+		}
+	}
+	f.isFree(t)
 }

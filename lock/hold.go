@@ -100,6 +100,9 @@ type hold struct {
 	queued   bool // the owner has a place in a wait line in Redis (kept alive by waiting)
 	ended    bool // released because the context it was taken with ended: a later Unlock returns nil
 	handed   bool // handed over: the watchdog renews it since the handover (see handOff), until establish adopts it
+	// released by the retries in the background after its final Unlock
+	// failed (see releaseLater): the caller's own retry returns nil
+	releasedLater bool
 
 	// Set once at the first acquisition, before the hold is published.
 	parent context.Context // what ctx descends from: the context the hold was taken with

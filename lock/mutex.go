@@ -120,7 +120,9 @@ func (m *Mutex) acquire(ctx context.Context, wait time.Duration, opts []LockOpti
 
 // Unlock releases one level of the lock held by ctx; the lock is free when
 // every Lock has been matched by an Unlock. The final Unlock cancels the lock
-// context with cause ErrReleased and wakes a waiter.
+// context with cause ErrReleased and wakes a waiter; one that hands the lock
+// to a waiter of the same Client cancels it before that waiter runs, even
+// when the handover then fails (Unlock returns the error then).
 //
 // Unlock returns ErrNotHeld, and changes nothing, when ctx does not hold the
 // lock, and an error matching ErrLost when the lock was lost before it was

@@ -59,7 +59,7 @@ func (c *Client) unlock(ctx context.Context, hk any, name string) error {
 			return nil // released when the context it was taken with ended
 		case c.holds.isLost(h):
 			return lostHold(h)
-		case errors.Is(cause, errReleasedLater):
+		case errors.Is(cause, errReleasedLater), h.releasedLater:
 			return nil // the retry of an Unlock that failed, completed meanwhile
 		}
 		return wrap(name, ErrNotHeld)
@@ -218,14 +218,30 @@ var errReleasedLater = fmt.Errorf("%w after a failed unlock was retried", ErrRel
 func (c *Client) releasedWith(h *hold, cause error) {
 	h.levels = 0
 	h.unsure = false
+	h.releasedLater = cause == errReleasedLater
 	c.dog.remove(&h.renewal)
 	c.holds.unpin(h)
-	if h.released.err == nil {
+	switch h.released.err {
+	case nil:
 		h.released = nameError{name: h.name, err: cause}
 		h.end(&h.released)
-		return
+	case cause: // its context ended as its lock was handed over (handingOver)
+		h.end(&h.released)
+	default:
+		h.end(wrap(h.name, cause))
 	}
-	h.end(wrap(h.name, cause))
+}
+
+// handingOver ends h's context, with cause ErrReleased, as its final
+// release hands its lock to the next holder: before that holder is woken,
+// so that two contexts of one lock are never live at once. The release is
+// decided then, whatever the transfer's outcome; its end is told to the
+// Observer when the outcome is known (released, or lost when the transfer
+// finds the lock gone), and a release that fails is retried in the
+// background as any other (see settle).
+func (h *hold) handingOver() {
+	h.released = nameError{name: h.name, err: ErrReleased}
+	h.cancel(&h.released)
 }
 
 // lostHold is the error for an operation on a hold that was lost.

@@ -363,18 +363,25 @@ func TestHandover_ANewHolderWhoseTransferLandsLateIsRenewedOnLanding(t *testing.
 
 // A new holder whose transfer hangs (go-redis waits for a reply without
 // bound with ReadTimeout -1) is told at its lease end that it lost the lock,
-// and from then on its hold answers every call at once: the Unlock and
-// HoldCount it made while the transfer was on its way return then, and so
-// does an Unlock after its parent's end began its release, rather than wait
-// for the transfer call for as long as go-redis does.
+// and from then on its hold answers every call at once: the Unlock,
+// HoldCount and MultiLock re-entry it made while the transfer was on its
+// way return then, and so does an Unlock after its parent's end began its
+// release, rather than wait for the transfer call for as long as go-redis
+// does.
 func TestHandover_ANewHolderLostWhileItsTransferHangsAnswersAtOnce(t *testing.T) {
 	const lease = time.Second
 	late := lease / 2 // after the lease end, the longest an answer may take
 	t.Run("Unlock and HoldCount", func(t *testing.T) {
 		s := setupAhead(t, lock.WithWatchdogTimeout(lease))
 		s.hang(t, false)
+		name := lockName(t)
 		ctx, _, _ := s.unlockAndTake(t)
 		taken := time.Now()
+		relocked := make(chan error, 1)
+		go func() {
+			_, err := s.c.MultiLock(name, name+":other").Lock(context.WithoutCancel(ctx))
+			relocked <- err
+		}()
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- s.m.Unlock(ctx) }()
 		counted := make(chan error, 1)
@@ -403,6 +410,14 @@ func TestHandover_ANewHolderLostWhileItsTransferHangsAnswersAtOnce(t *testing.T)
 			}
 		case <-time.After(time.Until(taken.Add(lease + late))):
 			t.Errorf("the new holder's HoldCount still waits %v after the handover, its lease of %v over", time.Since(taken), lease)
+		}
+		select {
+		case err := <-relocked:
+			if !errors.Is(err, lock.ErrLost) {
+				t.Errorf("a MultiLock re-entering the lost hold = %v, want ErrLost", err)
+			}
+		case <-time.After(time.Until(taken.Add(lease + late))):
+			t.Errorf("a MultiLock re-entering the new holder's hold still waits %v after the handover, its lease of %v over", time.Since(taken), lease)
 		}
 		go func() { unlocked <- s.m.Unlock(ctx) }()
 		select {

@@ -152,7 +152,7 @@ func (w *watchdog) adopt(h *renewal) bool {
 // enlist is add, handOff when handed, and pend when pending too.
 func (w *watchdog) enlist(h *renewal, until time.Time, handed, pending bool) {
 	w.mu.Lock()
-	h.until, h.handed, h.pending = until, handed, pending
+	h.until, h.handed, h.pending, h.owed = until, handed, pending, false
 	w.holds[h] = struct{}{}
 	if !w.running {
 		w.running = w.c.goBackground(w.loop)

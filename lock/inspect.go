@@ -157,95 +157,131 @@ func parseInspection(name, key string, r []any) (*Inspection, error) {
 	if len(r) != 13 {
 		return nil, fmt.Errorf("inspect: reply of %d parts, want 13", len(r))
 	}
-	str := func(v any) string { s, _ := v.(string); return s }
-	num := func(v any) int64 {
-		switch x := v.(type) {
-		case int64:
-			return x
-		case string:
-			f, _ := strconv.ParseFloat(x, 64)
-			return int64(math.Round(f))
-		}
-		return 0
-	}
-	list := func(v any) []any { l, _ := v.([]any); return l }
-	now := num(r[11])
-	left := func(deadline int64) time.Duration { return time.Duration(deadline-now) * time.Millisecond }
+	d := inspectReply{now: replyNum(r[11])}
 	in := &Inspection{Name: name, Key: key}
-	typ := str(r[0])
-	entries := list(r[2])
-	switch typ {
+	switch typ := replyStr(r[0]); typ {
 	case "none":
 	case "hash":
-		in.Kind = KindMutex
-		readLease := make(map[string]time.Duration)
-		rl := list(r[8])
-		for i := 0; i+1 < len(rl); i += 2 {
-			readLease[str(rl[i])] = left(num(rl[i+1]))
-		}
-		for i := 0; i+1 < len(entries); i += 2 {
-			if str(entries[i]) == "mode" {
-				in.Kind, in.Mode = KindRWMutex, str(entries[i+1])
-			}
-		}
-		for i := 0; i+1 < len(entries); i += 2 {
-			f, v := str(entries[i]), entries[i+1]
-			if f == "mode" {
-				continue
-			}
-			var o Owner
-			if base, ok := strings.CutSuffix(f, ":write"); ok && in.Kind == KindRWMutex {
-				o = inspectedOwner(base)
-				o.Field, o.Write = f, true
-			} else {
-				o = inspectedOwner(f)
-				o.Lease = readLease[f] // 0 unless it is an RWMutex's read hold
-			}
-			o.Holds = num(v)
-			in.Owners = append(in.Owners, o)
-		}
+		d.hashOwners(in, replyList(r[2]), replyList(r[8]))
 	case "zset":
-		in.Kind = KindSemaphore
-		for i := 0; i+1 < len(entries); i += 2 {
-			o := inspectedOwner(str(entries[i]))
-			o.Holds, o.Lease = 1, left(num(entries[i+1]))
-			in.Owners = append(in.Owners, o)
-		}
+		d.permitOwners(in, replyList(r[2]))
 	default:
 		return nil, fmt.Errorf("%w: key %q is a %s, not a lock", ErrInvalid, key, typ)
 	}
 	// The writer first, then the readers in field order.
 	sort.SliceStable(in.Owners, func(i, j int) bool { return in.Owners[i].Write && !in.Owners[j].Write })
-	in.Lease = remaining(num(r[1]))
+	in.Lease = remaining(replyNum(r[1]))
 	if tok := r[3]; tok != nil {
-		in.Token = num(tok)
+		in.Token = replyNum(tok)
 	}
-	in.TokenTTL = remaining(num(r[4]))
-	deadlines, alive := list(r[7]), list(r[12])
-	for i, w := range list(r[5]) {
-		wt := inspectedWaiter(str(w))
+	in.TokenTTL = remaining(replyNum(r[4]))
+	in.Queue = d.line(replyList(r[5]), replyList(r[7]), replyList(r[12]))
+	in.QueueLen = replyNum(r[6])
+	in.Writers = d.writers(replyList(r[9]))
+	in.WritersLen = replyNum(r[10])
+	return in, nil
+}
+
+// inspectReply decodes the parts of inspect.lua's reply whose times are
+// deadlines in milliseconds on the server's clock, now at the inspection.
+type inspectReply struct{ now int64 }
+
+// left is the time from the inspection to deadline.
+func (d inspectReply) left(deadline int64) time.Duration {
+	return time.Duration(deadline-d.now) * time.Millisecond
+}
+
+// hashOwners reads the owners of a lock hash (a Mutex, FairMutex or
+// RWMutex): entries are its fields and counts, readLeases an RWMutex's
+// holders and their lease ends.
+func (d inspectReply) hashOwners(in *Inspection, entries, readLeases []any) {
+	in.Kind = KindMutex
+	readLease := make(map[string]time.Duration)
+	for i := 0; i+1 < len(readLeases); i += 2 {
+		readLease[replyStr(readLeases[i])] = d.left(replyNum(readLeases[i+1]))
+	}
+	for i := 0; i+1 < len(entries); i += 2 {
+		if replyStr(entries[i]) == "mode" {
+			in.Kind, in.Mode = KindRWMutex, replyStr(entries[i+1])
+		}
+	}
+	for i := 0; i+1 < len(entries); i += 2 {
+		f := replyStr(entries[i])
+		if f == "mode" {
+			continue
+		}
+		var o Owner
+		if base, ok := strings.CutSuffix(f, ":write"); ok && in.Kind == KindRWMutex {
+			o = inspectedOwner(base)
+			o.Field, o.Write = f, true
+		} else {
+			o = inspectedOwner(f)
+			o.Lease = readLease[f] // 0 unless it is an RWMutex's read hold
+		}
+		o.Holds = replyNum(entries[i+1])
+		in.Owners = append(in.Owners, o)
+	}
+}
+
+// permitOwners reads a Semaphore's holders and their lease ends.
+func (d inspectReply) permitOwners(in *Inspection, entries []any) {
+	in.Kind = KindSemaphore
+	for i := 0; i+1 < len(entries); i += 2 {
+		o := inspectedOwner(replyStr(entries[i]))
+		o.Holds, o.Lease = 1, d.left(replyNum(entries[i+1]))
+		in.Owners = append(in.Owners, o)
+	}
+}
+
+// line reads a FairMutex's line: its waiters in order, their Redisson
+// deadlines, and the liveness this package's waiters keep
+// ("<deadline>:<wait>"); a waiter without one is another client's.
+func (d inspectReply) line(waiters, deadlines, alive []any) []Waiter {
+	var out []Waiter
+	for i, w := range waiters {
+		wt := inspectedWaiter(replyStr(w))
 		if i < len(deadlines) && deadlines[i] != nil {
-			wt.Deadline = left(num(deadlines[i]))
+			wt.Deadline = d.left(replyNum(deadlines[i]))
 		}
 		wt.Expires, wt.Foreign = wt.Deadline, true
 		if i < len(alive) && alive[i] != nil {
-			if d, _, ok := strings.Cut(str(alive[i]), ":"); ok {
-				if v, err := strconv.ParseInt(d, 10, 64); err == nil {
-					wt.Expires, wt.Foreign = left(v), false
+			if at, _, ok := strings.Cut(replyStr(alive[i]), ":"); ok {
+				if v, err := strconv.ParseInt(at, 10, 64); err == nil {
+					wt.Expires, wt.Foreign = d.left(v), false
 				}
 			}
 		}
-		in.Queue = append(in.Queue, wt)
+		out = append(out, wt)
 	}
-	in.QueueLen = num(r[6])
-	wl := list(r[9])
+	return out
+}
+
+// writers reads an RWMutex's waiting writers and their deadlines.
+func (d inspectReply) writers(wl []any) []Waiter {
+	var out []Waiter
 	for i := 0; i+1 < len(wl); i += 2 {
-		wt := inspectedWaiter(str(wl[i]))
-		wt.Expires = left(num(wl[i+1]))
-		in.Writers = append(in.Writers, wt)
+		wt := inspectedWaiter(replyStr(wl[i]))
+		wt.Expires = d.left(replyNum(wl[i+1]))
+		out = append(out, wt)
 	}
-	in.WritersLen = num(r[10])
-	return in, nil
+	return out
+}
+
+func replyStr(v any) string { s, _ := v.(string); return s }
+
+func replyList(v any) []any { l, _ := v.([]any); return l }
+
+// replyNum reads an integer reply, or a number sent as a string (a sorted
+// set's score).
+func replyNum(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		f, _ := strconv.ParseFloat(x, 64)
+		return int64(math.Round(f))
+	}
+	return 0
 }
 
 // remaining turns a PTTL reply into a remaining time: 0 for no key, -1 for

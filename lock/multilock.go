@@ -261,7 +261,7 @@ func (a *multiAcquisition) takeGroup(ctx context.Context, gi int) error {
 	}
 	try := func(ctx context.Context) (bool, time.Duration, error) {
 		a.starts[gi] = time.Now()
-		ok, retry, t, err := ml.attempt(ctx, g, gh, a.floor, a.lo.ack)
+		ok, retry, t, err := ml.attempt(ctx, g, gh, a.floor, a.lo)
 		if ok {
 			a.tokens[gi] = t
 			a.floor = max(a.floor, t)
@@ -316,22 +316,26 @@ func (a *multiAcquisition) adopt() {
 				h.tieToParent()
 				continue
 			}
-			reenteredBy(h, a.starts[gi])
+			reenteredBy(h, a.starts[gi], a.lo.lease)
 		}
 	}
 }
 
 // attempt tries to take the locks g (one hash slot) once, all or none.
-func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor fencing.Token, ack replicaAck) (bool, time.Duration, fencing.Token, error) {
-	c := ml.c
+// A lock its context holds already is re-entered with the lease of lo (see
+// reentryArg), the others are taken with their own.
+func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor fencing.Token, lo lockOptions) (bool, time.Duration, fencing.Token, error) {
+	c, ack := ml.c, lo.ack
 	keys := make([]string, 0, 2*len(g))
 	args := make([]any, 0, 1+3*len(g))
 	args = append(args, int64(floor))
 	for i, m := range g {
 		h := gh[i]
-		lease, again := c.leaseArgs(h) // again: a fixed lease keeps its deadline
+		var lease any
 		if h.levels > 0 {
-			lease = again
+			lease = reentryArg(h, lo.lease)
+		} else {
+			lease, _ = c.leaseArgs(h)
 		}
 		keys = append(keys, m.keys...)
 		args = append(args, h.field, h.levels, lease)

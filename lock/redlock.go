@@ -287,7 +287,7 @@ func (r *RedLock) hold(base context.Context, p *parts, a *redAcquisition) contex
 		rh.holds[i] = h
 		rh.alive++
 		if h.levels > 0 {
-			reenteredBy(h, start) // the node's counter was raised to the RedLock's token
+			reenteredBy(h, start, lo.lease) // the node's counter was raised to the RedLock's token
 			continue
 		}
 		h.prepare(r.nodes[i], lo) // its lease is nodeLease(i, lo)

@@ -35,7 +35,8 @@ import (
 // lock of the set: it is above every token issued before for any of them,
 // and each lock's counter is raised to it, so every later token of any of
 // them is above it. It is cancelled with cause ErrLost as soon as any of the
-// locks is lost.
+// locks is lost, and the others are released then: they are free for others
+// without waiting for the caller's Unlock, which answers ErrLost.
 //
 // A MultiLock is reentrant through its context like a Mutex. Names that
 // appear twice are locked once. A MultiLock does no I/O until used and may
@@ -468,7 +469,7 @@ func (ml *MultiLock) enter(ctx context.Context, holds []*hold, carried []bool, t
 	}
 	mh := &multiHold{compoundHold: compoundHold{levels: 1, token: token, holds: holds, carried: carried}}
 	mctx := mh.begin(ctx)
-	mh.watch(func(_ int, cause error) { mh.cancel(cause) })
+	mh.watch(func(_ int, cause error) { ml.partEnded(mh, cause) })
 	for i, h := range holds {
 		if !carried[i] {
 			mctx = context.WithValue(mctx, h.hk, h) // a Mutex of the name re-enters it

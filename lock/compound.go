@@ -99,13 +99,35 @@ func (p *parts) stillCarried() error {
 	return nil
 }
 
+// reentryArg returns the lease argument of a compound lock's re-entry of h,
+// a hold its context carries, asked with the lease of WithLease (0: none).
+// A re-entry never weakens the hold it enters: a fixed hold is extended to
+// lease where that lasts longer than what is left of it ("0": it keeps its
+// deadline), and a hold the watchdog renews gets its own lease, as a
+// renewal would set it, whatever lease asks for. The scripts only ever move
+// a re-entered lock's expiry later.
+func reentryArg(h *hold, lease time.Duration) any {
+	switch {
+	case h.fixed && lease > 0:
+		return h.c.leaseArg(lease)
+	case h.fixed:
+		return "0"
+	}
+	return h.c.leaseArg(h.lease)
+}
+
 // reenteredBy is the end of an acquisition of a compound lock, sent at
-// start, that re-entered h, a hold its context carried: h is re-entered
-// (see reentered), and the lock's counter is at the compound lock's token
-// now, above the tokens h reserved for handing its lock over. The caller
-// holds h's semaphore.
-func reenteredBy(h *hold, start time.Time) {
+// start with the lease of WithLease (0: none), that re-entered h, a hold its
+// context carried: h is re-entered (see reentered), a fixed hold is
+// extended to at least start+lease (see reentryArg: a hold the watchdog
+// renews is left as it is), and the lock's counter is at the compound
+// lock's token now, above the tokens h reserved for handing its lock over.
+// The caller holds h's semaphore.
+func reenteredBy(h *hold, start time.Time, lease time.Duration) {
 	h.reentered(start)
+	if h.fixed && lease > 0 {
+		h.extendTo(start.Add(lease))
+	}
 	h.top = h.token
 }
 

@@ -171,6 +171,7 @@ var contracts = []struct {
 	{"UnlockIsRetrySafe", contractRetrySafeUnlock},
 	{"TokensIncreaseAcrossHolders", contractTokenOrder},
 	{"RenewalExtendsOnlyAHeldLock", contractRenewsOnlyHeld},
+	{"ReentryNeverWeakensTheHold", contractReentryNeverWeakens},
 }
 
 func TestContract(t *testing.T) {
@@ -529,4 +530,61 @@ func contractRenewsOnlyHeld(t *testing.T, e *contractEnv) {
 	if err := last.unlock(got); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A re-entry never weakens the hold it enters. One WithLease shorter than
+// what is left of a fixed hold's lease leaves its deadline: another Client
+// stays out until the original lease ends. One WithLease of a hold the
+// watchdog renews leaves it renewed past that lease.
+func contractReentryNeverWeakens(t *testing.T, e *contractEnv) {
+	stillHeld := func(other locker, what string, held ...context.Context) {
+		t.Helper()
+		for i, ctx := range held {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: context %d ended: %v", what, i, context.Cause(ctx))
+			}
+		}
+		if got, err := other.try(context.Background(), 0); !errors.Is(err, lock.ErrNotAcquired) {
+			if err == nil {
+				_ = other.unlock(got)
+			}
+			t.Fatalf("%s: another Client's attempt = %v, want ErrNotAcquired", what, err)
+		}
+	}
+	reenter := func(ps []process, opts ...lock.LockOption) (own locker, outer, inner context.Context) {
+		t.Helper()
+		own, _ = e.k.on(ps[0], e.name)
+		outer, err := own.lock(context.Background(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inner, err = own.lock(outer, lock.WithLease(100*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		return own, outer, inner
+	}
+	release := func(own locker, ctxs ...context.Context) {
+		t.Helper()
+		for _, ctx := range ctxs {
+			if err := own.unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	ps := e.processes(t, 2)
+	_, other := e.k.on(ps[1], e.name)
+	own, outer, inner := reenter(ps, lock.WithLease(1500*time.Millisecond))
+	time.Sleep(500 * time.Millisecond) // well past the re-entry's lease
+	stillHeld(other, "a fixed hold past a shorter re-entry's lease", outer, inner)
+	release(own, inner, outer)
+
+	const watchdog = 600 * time.Millisecond // renewals every 200ms
+	ps = e.processes(t, 2, lock.WithWatchdogTimeout(watchdog))
+	_, other = e.k.on(ps[1], e.name)
+	own, outer, inner = reenter(ps)
+	time.Sleep(2 * watchdog) // past the re-entry's lease and a watchdog timeout
+	stillHeld(other, "a watchdog hold re-entered WithLease, two watchdog timeouts later", outer, inner)
+	release(own, inner, outer)
+	e.freed(t)
 }

@@ -35,7 +35,8 @@ import (
 // lock of the set: it is above every token issued before for any of them,
 // and each lock's counter is raised to it, so every later token of any of
 // them is above it. It is cancelled with cause ErrLost as soon as any of the
-// locks is lost.
+// locks is lost, and the others are released then: they are free for others
+// without waiting for the caller's Unlock, which answers ErrLost.
 //
 // A MultiLock is reentrant through its context like a Mutex. Names that
 // appear twice are locked once. A MultiLock does no I/O until used and may
@@ -261,7 +262,7 @@ func (a *multiAcquisition) takeGroup(ctx context.Context, gi int) error {
 	}
 	try := func(ctx context.Context) (bool, time.Duration, error) {
 		a.starts[gi] = time.Now()
-		ok, retry, t, err := ml.attempt(ctx, g, gh, a.floor, a.lo.ack)
+		ok, retry, t, err := ml.attempt(ctx, g, gh, a.floor, a.lo)
 		if ok {
 			a.tokens[gi] = t
 			a.floor = max(a.floor, t)
@@ -316,22 +317,26 @@ func (a *multiAcquisition) adopt() {
 				h.tieToParent()
 				continue
 			}
-			reenteredBy(h, a.starts[gi])
+			reenteredBy(h, a.starts[gi], a.lo.lease)
 		}
 	}
 }
 
 // attempt tries to take the locks g (one hash slot) once, all or none.
-func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor fencing.Token, ack replicaAck) (bool, time.Duration, fencing.Token, error) {
-	c := ml.c
+// A lock its context holds already is re-entered with the lease of lo (see
+// reentryArg), the others are taken with their own.
+func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor fencing.Token, lo lockOptions) (bool, time.Duration, fencing.Token, error) {
+	c, ack := ml.c, lo.ack
 	keys := make([]string, 0, 2*len(g))
 	args := make([]any, 0, 1+3*len(g))
 	args = append(args, int64(floor))
 	for i, m := range g {
 		h := gh[i]
-		lease, again := c.leaseArgs(h) // again: a fixed lease keeps its deadline
+		var lease any
 		if h.levels > 0 {
-			lease = again
+			lease = reentryArg(h, lo.lease)
+		} else {
+			lease, _ = c.leaseArgs(h)
 		}
 		keys = append(keys, m.keys...)
 		args = append(args, h.field, h.levels, lease)
@@ -464,7 +469,7 @@ func (ml *MultiLock) enter(ctx context.Context, holds []*hold, carried []bool, t
 	}
 	mh := &multiHold{compoundHold: compoundHold{levels: 1, token: token, holds: holds, carried: carried}}
 	mctx := mh.begin(ctx)
-	mh.watch(func(_ int, cause error) { mh.cancel(cause) })
+	mh.watch(func(_ int, cause error) { ml.partEnded(mh, cause) })
 	for i, h := range holds {
 		if !carried[i] {
 			mctx = context.WithValue(mctx, h.hk, h) // a Mutex of the name re-enters it

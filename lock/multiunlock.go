@@ -38,13 +38,69 @@ func (ml *MultiLock) endWithParent(mh *multiHold) {
 	mh.cancel(context.Cause(mh.parent))
 }
 
+// partEnded ends the acquisition mh of the MultiLock because the context of
+// one of its parts' holds ended with cause. A part lost (cause matches
+// ErrLost) loses the whole set: mh's context ends with that cause, and the
+// parts that survive are released at once, as the end of the context it was
+// taken with would release them (see endLost), so that their names are free
+// for others without waiting for the caller's Unlock.
+func (ml *MultiLock) partEnded(mh *multiHold, cause error) {
+	mh.cancel(cause)
+	if !errors.Is(cause, ErrLost) {
+		return // released, or the context it was taken with ended: see Unlock, parentEnded
+	}
+	enterAll(mh.holds)
+	defer exitAll(mh.holds)
+	ml.endLost(mh)
+}
+
+// endLost releases what is left of the acquisition mh, which lost one of
+// its parts: the locks it took are released whatever their count, and the
+// levels it added to locks its context held already are released (see
+// endCarried). Its Unlock then answers with the loss. The caller holds the
+// semaphores of mh's holds.
+func (ml *MultiLock) endLost(mh *multiHold) {
+	n := mh.levels
+	if n == 0 {
+		return
+	}
+	mh.levels, mh.done = 0, nil
+	mh.stopWatching()
+	for i, h := range mh.holds {
+		if mh.carried[i] {
+			endCarried(h, n)
+		} else {
+			releaseTaken(h)
+		}
+	}
+}
+
+// releaseTaken releases h, a hold a compound lock took for itself, whatever
+// its count, because the compound lock was lost: as the end of the context
+// it was taken with would (h.parentEnded). A release that fails is retried
+// until its lease ends. The caller holds h's semaphore.
+func releaseTaken(h *hold) {
+	c := h.c
+	if h.levels == 0 || !c.holds.stillHeld(h) {
+		return
+	}
+	h.ended = true
+	h.levels = 1 // the last level's release removes the owner whatever its count
+	ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
+	defer cancel()
+	if err := c.releaseLevel(ctx, h); err != nil && !errors.Is(err, ErrLost) {
+		c.opts.logger.DebugContext(h.logContext(ctx), "lock: releasing a part of a lost compound lock failed; retried until its lease ends",
+			"lock", h.name, "err", err)
+	}
+}
+
 // Unlock releases one level of every lock of the set held by ctx, slot by
 // slot (all at once within a slot). The final Unlock of an acquisition
 // cancels its context with cause ErrReleased. It returns ErrNotHeld, and
 // changes nothing, when ctx does not hold the MultiLock, and an error
-// matching ErrLost when one of its locks was lost (the others are released
-// all the same). When Unlock fails with a network error it may be called
-// again: a level is never released twice.
+// matching ErrLost when one of its locks was lost (the others were
+// released when it was). When Unlock fails with a network error it may be
+// called again: a level is never released twice.
 func (ml *MultiLock) Unlock(ctx context.Context) error {
 	if err := ml.usable(); err != nil {
 		return err

@@ -28,8 +28,9 @@ import (
 //     lease they extend whatever the other Clients' timeouts; a node
 //     whose renewals fail until its lease ends is lost, and when fewer than
 //     a majority remain the RedLock's context is cancelled with a cause
-//     matching both ErrLost and ErrNoQuorum. With WithLease it ends after
-//     the validity time instead.
+//     matching both ErrLost and ErrNoQuorum, and the nodes left are
+//     released at once (its Unlock then answers with that loss). With
+//     WithLease it ends after the validity time instead.
 //   - When fewer than a majority of the nodes can be reached at all, Lock
 //     fails at once with ErrNoQuorum rather than waiting: that is an outage,
 //     not contention.
@@ -71,8 +72,9 @@ type redKey struct{ id string }
 type redHold struct {
 	compoundHold // its holds are the nodes it holds, by client index; nil where it has none
 
-	mu    sync.Mutex // guards levels, ended and alive
+	mu    sync.Mutex // guards levels, ended, alive and lost
 	alive int        // nodes still held
+	lost  error      // why it lost its majority, once it did: its nodes left were released then
 }
 
 // NewRedLock returns the lock called name over clients, one Client per
@@ -287,7 +289,7 @@ func (r *RedLock) hold(base context.Context, p *parts, a *redAcquisition) contex
 		rh.holds[i] = h
 		rh.alive++
 		if h.levels > 0 {
-			reenteredBy(h, start) // the node's counter was raised to the RedLock's token
+			reenteredBy(h, start, lo.lease) // the node's counter was raised to the RedLock's token
 			continue
 		}
 		h.prepare(r.nodes[i], lo) // its lease is nodeLease(i, lo)
@@ -311,9 +313,30 @@ func (r *RedLock) nodeEnded(rh *redHold, i int, cause error) {
 	alive := rh.alive
 	rh.mu.Unlock()
 	if alive < r.quorum {
-		rh.cancel(wrap(r.name, because(ErrLost, fmt.Errorf("%w: %d of %d nodes left (node %d: %w)",
-			ErrNoQuorum, alive, len(r.clients), i, cause))))
+		lost := wrap(r.name, because(ErrLost, fmt.Errorf("%w: %d of %d nodes left (node %d: %w)",
+			ErrNoQuorum, alive, len(r.clients), i, cause)))
+		rh.cancel(lost)
+		r.endLost(rh, lost)
 	}
+}
+
+// endLost releases, on every node it holds still, the acquisition rh,
+// which lost its majority with cause lost, as its final Unlock would: the
+// nodes that survive stop being renewed and are free for others without
+// waiting for the caller's Unlock, which then answers with the loss.
+func (r *RedLock) endLost(rh *redHold, lost error) {
+	rh.mu.Lock()
+	final := rh.levels > 0
+	rh.levels = 0
+	if final {
+		rh.lost = lost
+	}
+	rh.mu.Unlock()
+	if !final {
+		return
+	}
+	rh.stopWatching()
+	r.releaseNodes(context.Background(), rh)
 }
 
 // parentEnded releases the RedLock acquisition rh because the context it was
@@ -377,8 +400,11 @@ func (r *RedLock) unlockLevel(rh *redHold) (final bool, err error) {
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if rh.levels == 0 {
-		if rh.ended {
+		switch {
+		case rh.ended:
 			return false, nil // released when the context it was taken with ended
+		case rh.lost != nil:
+			return false, rh.lost // released when it lost its majority
 		}
 		return false, wrap(r.name, ErrNotHeld)
 	}

@@ -40,6 +40,10 @@ func (r *RedLock) newAcquisition(holds []*hold, lo lockOptions) *redAcquisition 
 	a := &redAcquisition{r: r, holds: holds, lo: lo, leases: make([]any, len(r.clients))}
 	a.lease, a.nodeTimeout, a.drift = r.timing(lo)
 	for i, c := range r.clients {
+		if h := holds[i]; h.levels > 0 {
+			a.leases[i] = reentryArg(h, lo.lease) // a node hold ctx carries: never weakened
+			continue
+		}
 		a.leases[i] = c.leaseArg(r.nodeLease(i, lo))
 	}
 	return a

@@ -7,8 +7,9 @@
 --             already got from locks on other slots; 0 if none)
 -- ARGV        then for each lock in turn: the owner field, the hold count the
 --             owner believes it has (0: take it; more: re-enter it), the
---             lease in milliseconds (0 = keep the expiry: re-entry of a
---             fixed lease)
+--             lease in milliseconds. A re-entry only ever extends the lock's
+--             expiry to it, never shortens it (a re-entry never weakens the
+--             hold it enters); 0 leaves the expiry as it is
 -- ARGV[#ARGV] last, the token counters' idle expiry in milliseconds, "0"
 --             for none
 --
@@ -47,7 +48,9 @@ for i = 1, n do
   if held[i] == 0 or held[i] == expected then
     redis.call('hincrby', lock, me, 1)
   end
-  if lease > 0 then redis.call('pexpire', lock, lease) end
+  if lease > 0 and (expected == 0 or redis.call('pttl', lock) < lease) then
+    redis.call('pexpire', lock, lease)
+  end
   raise_token(counter, t, ttl)
 end
 return {1, t}

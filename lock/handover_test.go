@@ -222,19 +222,25 @@ func TestHandover_WaitersGivingUpNeverLeaveTheLockStuck(t *testing.T) {
 func TestHandover_TurnsRotateBetweenClients(t *testing.T) {
 	srv := testenv.Redis(t)
 	clients := instances(t, srv, 4)
-	// A loaded machine (CI runs the packages at once, under -race) can
-	// upset the order for a while: when one window falls short, a second is
-	// measured and the two count together. Measured: 93-100% in rotation,
-	// under two CPU hogs too; with the turns left to the race after each
-	// unlock message (turnStagger 0), 56-84% per window.
-	rotated, n, gaps := measureTurns(t, clients, lockName(t)+":1")
-	if rotated*100 >= n*85 {
-		return
+	// A loaded or slow machine (CI runs the packages at once, under -race)
+	// upsets the order: while the windows measured so far fall short of 85%
+	// in rotation, another is measured, up to three, and the three together
+	// must reach 70%. Measured: 93-100% in rotation alone and under two CPU
+	// hogs on a quick VM; 69-94% per window, 74-84% over two, alone on a VM
+	// whose round trips took 1.7 times as long; with the turns left to the
+	// race after each unlock message (turnStagger 0), 56-84% per window.
+	var rotated, n int
+	var all []map[int]int
+	for w := 1; w <= 3; w++ {
+		r, k, gaps := measureTurns(t, clients, fmt.Sprintf("%s:%d", lockName(t), w))
+		rotated, n, all = rotated+r, n+k, append(all, gaps)
+		if rotated*100 >= n*85 {
+			return
+		}
+		t.Logf("%d of %d turns in rotation so far (%v)", rotated, n, all)
 	}
-	t.Logf("only %d of %d turns came in rotation (%v); measuring again", rotated, n, gaps)
-	r2, n2, gaps2 := measureTurns(t, clients, lockName(t)+":2")
-	if rotated+r2 < (n+n2)*85/100 {
-		t.Fatalf("only %d of %d turns came in rotation over two windows (%v, %v)", rotated+r2, n+n2, gaps, gaps2)
+	if rotated*100 < n*70 {
+		t.Fatalf("only %d of %d turns came in rotation over three windows (%v)", rotated, n, all)
 	}
 }
 

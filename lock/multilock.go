@@ -231,7 +231,7 @@ func (a *multiAcquisition) takeAll(ctx context.Context) error {
 	ml := a.ml
 	for gi := range ml.groups {
 		if err := a.takeGroup(ctx, gi); err != nil {
-			ml.rollback(ctx, ml.groups[:gi], a.byKey, a.fresh)
+			a.rollback(ctx, gi)
 			return err
 		}
 	}
@@ -239,17 +239,33 @@ func (a *multiAcquisition) takeAll(ctx context.Context) error {
 	// lease that ran out) fails the whole acquisition.
 	for _, h := range a.holds {
 		if a.fresh[h] && h.ctx.Err() != nil {
-			ml.rollback(ctx, ml.groups, a.byKey, a.fresh)
+			a.rollback(ctx, len(ml.groups))
 			return lostHold(h)
 		}
 	}
 	if len(ml.groups) > 1 {
 		if err := ml.raise(ctx, a.tokens, a.floor); err != nil {
-			ml.rollback(ctx, ml.groups, a.byKey, a.fresh)
+			a.rollback(ctx, len(ml.groups))
 			return failed(ctx, ml.name, err)
 		}
 	}
 	return nil
+}
+
+// rollback releases what the acquisition took of its first n groups, which
+// it had taken: the levels their script added and the locks it took (see
+// MultiLock.rollback). A fixed hold the context carried keeps the lease the
+// script extended it to (see keepStretched).
+func (a *multiAcquisition) rollback(ctx context.Context, n int) {
+	ml := a.ml
+	ml.rollback(ctx, ml.groups[:n], a.byKey, a.fresh)
+	for gi, g := range ml.groups[:n] {
+		for _, m := range g {
+			if h := a.byKey[m.key]; !a.fresh[h] {
+				keepStretched(h, a.starts[gi], a.lo.lease)
+			}
+		}
+	}
 }
 
 // takeGroup takes the group gi (the locks of one hash slot), all or none,
@@ -327,6 +343,7 @@ func (a *multiAcquisition) adopt() {
 // reentryArg), the others are taken with their own.
 func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor fencing.Token, lo lockOptions) (bool, time.Duration, fencing.Token, error) {
 	c, ack := ml.c, lo.ack
+	start := time.Now()
 	keys := make([]string, 0, 2*len(g))
 	args := make([]any, 0, 1+3*len(g))
 	args = append(args, int64(floor))
@@ -365,6 +382,11 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 			if conn != nil {
 				if err := c.confirmReplicas(ctx, conn, ack); err != nil {
 					ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh), nil)
+					for _, h := range gh {
+						if h.levels > 0 {
+							keepStretched(h, start, lo.lease) // a lock ctx carries
+						}
+					}
 					return false, 0, 0, ml.failed(ctx, err)
 				}
 			}

@@ -414,7 +414,9 @@ func (r *RedLock) unlockLevel(rh *redHold) (final bool, err error) {
 
 // releaseNodes releases every node rh holds, at once, for the final Unlock
 // with ctx. A node that cannot be reached is given up: nothing renews it,
-// and it expires with its lease.
+// and it expires with its lease; but a node hold the RedLock's context
+// carried (the caller's own) is not given up: only the RedLock's level of
+// it goes, and it stays held and renewed for its owner.
 func (r *RedLock) releaseNodes(ctx context.Context, rh *redHold) {
 	_, timeout, _ := r.timing(lockOptions{})
 	var wg sync.WaitGroup
@@ -431,7 +433,19 @@ func (r *RedLock) releaseNodes(ctx context.Context, rh *redHold) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 			defer cancel()
 			err := c.releaseLevel(rctx, h)
-			if err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrNotHeld) {
+			switch {
+			case err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrNotHeld):
+			case rh.carried[i]:
+				// The caller's own hold of the node, which its context
+				// held before the RedLock: it keeps its own levels and
+				// stays renewed. The RedLock's level is let go of, as
+				// endCarried does: the final release removes it.
+				if h.levels > 1 && c.holds.stillHeld(h) {
+					h.levels--
+				}
+				c.opts.logger.WarnContext(ctx, "lock: could not release a RedLock's level of a node its context held already; the final release removes it",
+					"lock", r.name, "node", i, "err", err)
+			default:
 				// Unreachable: stop renewing it; it expires with its lease.
 				if c.holds.lose(h) {
 					h.end(wrap(r.name, ErrReleased))

@@ -168,6 +168,11 @@ func (a *redAcquisition) refused(ctx context.Context, b *ballot) (bool, time.Dur
 		unknown[i] = b.taken[i] || (x.err != nil && outcomeUnknown(x.err))
 	}
 	r.rollback(ctx, a.nodeTimeout, a.holds, unknown)
+	for i, took := range b.taken {
+		if took && a.holds[i].levels > 0 {
+			keepStretched(a.holds[i], a.start, a.lo.lease) // a node hold ctx carries
+		}
+	}
 	a.split = b.ok > 0
 	switch {
 	case ctxend.Ended(ctx):
@@ -232,4 +237,24 @@ func (r *RedLock) rollback(ctx context.Context, timeout time.Duration, holds []*
 		c := r.clients[i]
 		return nil, c.run(ctx, releaseScript, r.nodes[i].relKeys, holds[i].field, holds[i].levels+1, c.publish).Err()
 	})
+}
+
+// keepStretched ends a failed attempt of a compound lock, sent at start with
+// the lease of WithLease (0: none), whose script re-entered h, a hold its
+// context carries, and whose rollback has taken that level off again. The
+// script extended a fixed hold's lock in Redis to lease (see reentryArg) and
+// the rollback leaves the expiry as it is: h is extended to start+lease as a
+// re-entry would be, so that the lock has its owner for as long as Redis
+// keeps it; a hold that ended while the attempt was on its way has its
+// owner removed instead (see dropOwner), so that nobody's lock stays held.
+// An attempt whose outcome is unknown is not ended so: h must not outlive
+// a lock Redis may not have extended. The caller holds h's semaphore.
+func keepStretched(h *hold, start time.Time, lease time.Duration) {
+	if !h.fixed || lease <= 0 {
+		return
+	}
+	h.extendTo(start.Add(lease))
+	if !h.c.holds.stillHeld(h) {
+		h.c.dropOwner(context.Background(), h)
+	}
 }

@@ -263,7 +263,11 @@ func (c *Client) releasedWith(h *hold, cause error) {
 // finds the lock gone), and a release that fails is retried in the
 // background as any other (see settle).
 func (h *hold) handingOver() {
-	h.released = nameError{name: h.name, err: ErrReleased}
+	if h.released.err == nil {
+		// Once set, the cause may be read at any moment (context.Cause): a
+		// retry of the release that hands over again leaves it as it is.
+		h.released = nameError{name: h.name, err: ErrReleased}
+	}
 	h.cancel(&h.released)
 }
 

@@ -107,8 +107,9 @@ func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (conte
 		return ctx, ctxErr(h.name, ctx)
 	}
 	defer h.leave()
-	if h.levels == 0 || !c.holds.stillHeld(h) {
-		// Released or lost a moment ago: ctx ends with it.
+	if h.levels == 0 || !c.holds.stillHeld(h) || h.mayBeReleased() {
+		// Released or lost a moment ago, or its release may still land:
+		// ctx ends with it.
 		if c.holds.isLost(h) {
 			return ctx, lostHold(h)
 		}
@@ -263,7 +264,7 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 		}
 		return ctx, lostHold(h)
 	}
-	h.reentered(start) // a hold whose release is retried is the owner's again
+	h.reentered(start) // a hold whose release failed, not applied, is the owner's again
 	if lease > 0 {
 		h.extendTo(start.Add(lease))
 	}

@@ -44,8 +44,10 @@ type parts struct {
 // when onlyHeld only while it is still held; the others are taken afresh,
 // under one new owner id per Client for the whole acquisition. Every hold
 // is counted as in use and entered in order (indexes into locks; nil: their
-// own order). When ctx ends first it returns ctx's error and has undone
-// everything; otherwise the caller ends with exit.
+// own order). When ctx ends first it returns ctx's error, and when a carried
+// hold's failed release may still land (see mayBeReleased) ErrReleased, as
+// the lock's own re-entry does; then it has undone everything. Otherwise
+// the caller ends with exit.
 func enterParts(ctx context.Context, name string, locks []*Mutex, order []int, onlyHeld bool) (*parts, error) {
 	p := &parts{holds: make([]*hold, len(locks)), carried: make([]bool, len(locks))}
 	for i, m := range locks {
@@ -74,6 +76,13 @@ func enterParts(ctx context.Context, name string, locks []*Mutex, order []int, o
 			}
 			unrefAll(p.holds)
 			return nil, ctxErr(name, ctx)
+		}
+	}
+	for i, h := range p.holds {
+		if p.carried[i] && h.mayBeReleased() {
+			// Its failed release may still land: ctx ends with it.
+			p.exit()
+			return nil, wrap(h.name, ErrReleased)
 		}
 	}
 	return p, nil

@@ -42,8 +42,9 @@ type compound struct {
 }
 
 // reenterAfterAFailedUnlock takes the Mutex of c called name+":"+subtest
-// (c's final releases refuse while refuse is told to), fails its final
-// Unlock, and re-enters it with the lock mk makes for that name. Then, in
+// (c's final releases refuse while refuse is told to, not sent: a failure
+// known not applied), fails its final Unlock, and re-enters it with the
+// lock mk makes for that name. Then, in
 // "Held", it checks for five leases that both contexts stay live and that
 // other cannot take the Mutex's lock; in "UnlockedAtOnce" the re-entry is
 // unlocked at once and the Mutex's hold, left at one level, must stay held
@@ -98,14 +99,14 @@ func reenterAfterAFailedUnlock(t *testing.T, c, other *lock.Client, refuse *refu
 	return names
 }
 
-// The Mutex's own re-entry of a hold whose final Unlock failed goes through
-// the same transition as a compound lock's: it keeps the hold, and the
-// background retry of the failed Unlock stops.
+// The Mutex's own re-entry of a hold whose final Unlock failed, not
+// applied, goes through the same transition as a compound lock's: it keeps
+// the hold, and the background retry of the failed Unlock stops.
 func TestMutex_ReentryOfAHoldWhoseUnlockFailedKeepsItRenewed(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	srv := testenv.Redis(t)
 	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
-	refuse := &refusedCalls{match: isRelease}
+	refuse := &refusedCalls{match: isRelease, dial: true}
 	rdb.AddHook(refuse)
 	c := lock.New(rdb, lock.WithWatchdogTimeout(lease))
 	defer c.Close()
@@ -125,7 +126,7 @@ func TestMultiLock_ReentryOfAHoldWhoseUnlockFailedKeepsItRenewed(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	srv := testenv.Redis(t)
 	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
-	refuse := &refusedCalls{match: isRelease}
+	refuse := &refusedCalls{match: isRelease, dial: true}
 	rdb.AddHook(refuse)
 	c := lock.New(rdb, lock.WithWatchdogTimeout(lease))
 	defer c.Close()
@@ -148,7 +149,7 @@ func TestMultiLock_ReentryOfAHoldWhoseUnlockFailedKeepsItRenewed(t *testing.T) {
 func TestRedLock_ReentryOfAHoldWhoseUnlockFailedKeepsItRenewed(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	nodes := redisNodes(t, 3)
-	refuse := &refusedCalls{match: isRelease}
+	refuse := &refusedCalls{match: isRelease, dial: true}
 	cs := make([]*lock.Client, len(nodes))
 	for i, n := range nodes {
 		rdb := n.Client(func(o *redis.Options) { o.MaxRetries = -1 })

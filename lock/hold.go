@@ -103,6 +103,10 @@ type hold struct {
 	// released by the retries in the background after its final Unlock
 	// failed (see releaseLater): the caller's own retry returns nil
 	releasedLater bool
+	// retry counts the background retries of a failed final release
+	// started, and the re-entries that stopped one: a retry goes on only
+	// while it is the current one (see releaseLater)
+	retry uint8
 
 	// Set once at the first acquisition, before the hold is published.
 	parent context.Context // what ctx descends from: the context the hold was taken with
@@ -146,21 +150,30 @@ func (h *hold) renewalLost(why string) {
 
 // reentered is the transition of a re-entry of h that Redis accepted, sent
 // at start: h, held, has one more level. A hold whose final release failed
-// and is retried in the background (releaseLater) is the owner's again: it
-// is held, the retry stops at its next turn, and unless its lease is fixed
-// the watchdog renews it again, from the lease the re-entry set. Every
-// re-entry of a held hold goes through it: a lock's own (Client.reenter)
-// and a compound lock's of a hold its context carries (MultiLock, RedLock).
-// The caller holds h's semaphore.
+// without being applied (see mayBeReleased) and is retried in the
+// background (releaseLater) is the owner's again: it is held, the retry
+// stops at its next turn, and unless its lease is fixed the watchdog renews
+// it again, from the lease the re-entry set. Every re-entry of a held hold
+// goes through it: a lock's own (Client.reenter) and a compound lock's of a
+// hold its context carries (MultiLock, RedLock). The caller holds h's
+// semaphore.
 func (h *hold) reentered(start time.Time) {
 	h.levels++
 	if h.retrying {
 		h.retrying = false
+		h.retry++
 		if !h.fixed {
 			h.c.dog.add(&h.renewal, start.Add(h.lease))
 		}
 	}
 }
+
+// mayBeReleased reports whether h's final release failed with an unknown
+// outcome and is retried in the background: the failed call may still land
+// and remove the owner whatever count it has then, so h is not re-entered;
+// a re-entry is answered as if h were released, and the retry goes on. The
+// caller holds h's semaphore.
+func (h *hold) mayBeReleased() bool { return h.retrying && h.unsure }
 
 // logContext is the context to log an event about h with, from a call made
 // with ctx: once h is held, the context it was taken with (ended or not),

@@ -169,7 +169,7 @@ func (ml *MultiLock) releaseGroup(ctx context.Context, mh *multiHold, g []*Mutex
 		switch {
 		case mh.done[m.key]:
 			continue
-		case h.levels == 0 && !c.holds.isLost(h) && errors.Is(context.Cause(h.ctx), errReleasedLater):
+		case h.levels == 0 && !c.holds.isLost(h) && (h.releasedLater || errors.Is(context.Cause(h.ctx), errReleasedLater)):
 			continue // an earlier Unlock failed on it and the retry in the background released it since
 		case h.levels == 0 || c.holds.isLost(h):
 			errs = append(errs, wrap(h.name, ErrLost))

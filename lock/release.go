@@ -129,11 +129,9 @@ func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
 			// Retry in the background until it is released or its lease
 			// ends; a retry by the caller is welcome meanwhile.
 			h.retrying = true
-			until := time.Now().Add(h.lease)
-			if renewed {
-				until = c.dog.leaseEnd(&h.renewal)
-			}
-			c.goBackground(func() { c.releaseLater(h, until) })
+			h.retry++
+			until, gen := h.leaseEnd(renewed), h.retry
+			c.goBackground(func() { c.releaseLater(h, until, gen) })
 		}
 		return wrap(h.name, noted("unlock", unavailable(err)))
 	}
@@ -158,10 +156,29 @@ func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
 	return lostHold(h)
 }
 
+// leaseEnd returns when h's lease ends unless renewed: the watchdog's
+// lease when it renewed h until now (renewed), a fixed hold's deadline,
+// which a re-entry may have extended (see extendTo).
+func (h *hold) leaseEnd(renewed bool) time.Time {
+	if renewed {
+		return h.c.dog.leaseEnd(&h.renewal)
+	}
+	t := &h.c.holds
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h.expiry != nil {
+		return h.expiry.at
+	}
+	return time.Now().Add(h.lease)
+}
+
 // releaseLater retries the final release of h, which failed, until it
 // succeeds, the caller's own retry succeeds, or h's lease ends at until
-// (then the lock has expired in Redis: h is declared lost).
-func (c *Client) releaseLater(h *hold, until time.Time) {
+// (then the lock has expired in Redis: h is declared lost). gen is the
+// retry it is (h.retry when it started): once h was re-entered since, it
+// stops, and leaves h to the retry of a later failed release, if any, which
+// goes on until the lease h has then ends.
+func (c *Client) releaseLater(h *hold, until time.Time, gen uint8) {
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		select {
 		case <-time.After(min(backoff, max(time.Until(until), 0))):
@@ -174,7 +191,13 @@ func (c *Client) releaseLater(h *hold, until time.Time) {
 			cancel()
 			continue
 		}
-		done := !h.retrying || h.levels != 1 || !c.holds.stillHeld(h) // !retrying: re-entered since (see reentered)
+		if h.retry != gen {
+			// Re-entered since (see reentered): not this retry's any more.
+			h.leave()
+			cancel()
+			return
+		}
+		done := !h.retrying || h.levels != 1 || !c.holds.stillHeld(h)
 		if !done && !time.Now().Before(until) {
 			if c.holds.lose(h) {
 				h.end(lostError(h.name, "its release failed and its lease ran out"))
@@ -240,7 +263,11 @@ func (c *Client) releasedWith(h *hold, cause error) {
 // finds the lock gone), and a release that fails is retried in the
 // background as any other (see settle).
 func (h *hold) handingOver() {
-	h.released = nameError{name: h.name, err: ErrReleased}
+	if h.released.err == nil {
+		// Once set, the cause may be read at any moment (context.Cause): a
+		// retry of the release that hands over again leaves it as it is.
+		h.released = nameError{name: h.name, err: ErrReleased}
+	}
 	h.cancel(&h.released)
 }
 

@@ -1,0 +1,74 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seckillguard/seckillguard/lock"
+)
+
+// A releaser whose handover ahead failed (its context ended with
+// ErrReleased as the waiter was woken) and whose caller retries the Unlock
+// while another waiter is queued hands the lock over again: its context's
+// cause, readable by anyone since it ended, is not written again (under
+// -race, a write there races with the reader below).
+func TestHandover_ARetriedReleaseHandedOverAgainLeavesTheCauseAlone(t *testing.T) {
+	refused := &refusedCalls{match: isTransfer, dial: true}
+	stuck := &refusedCalls{match: isRelease, dial: true} // the retry in the background fails until the caller's own retry
+	f := newFaultyHandover(t, refused, stuck)
+	first := waiting(t, f.m)
+	refused.left.Store(1)
+	stuck.left.Store(1 << 20)
+	defer stuck.left.Store(0)
+	releaser := f.held
+	if err := f.m.Unlock(releaser); err == nil {
+		t.Fatal("the Unlock whose transfer was refused reported success")
+	}
+	refused.left.Store(0)
+	if cause := context.Cause(releaser); !errors.Is(cause, lock.ErrReleased) {
+		t.Skipf("the lock was not handed over ahead this time (the releaser's context: %v)", cause)
+	}
+	stop := make(chan struct{})
+	read := make(chan struct{})
+	go func() { // anyone that reads the releaser's cause meanwhile
+		defer close(read)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if cause := context.Cause(releaser); cause == nil || !errors.Is(cause, lock.ErrReleased) || cause.Error() == "" {
+				t.Errorf("the releaser's cause changed: %v", cause)
+				return
+			}
+		}
+	}()
+	second := waiting(t, f.m)
+	err := f.m.Unlock(releaser) // hands the lock over to a waiter again
+	close(stop)
+	<-read
+	stuck.left.Store(0)
+	if err != nil {
+		t.Fatalf("the caller's retry of the Unlock: %v", err)
+	}
+	got := make(chan context.Context, 2)
+	for _, next := range []<-chan context.Context{first, second} {
+		go func() { got <- <-next }()
+	}
+	for range 2 {
+		select {
+		case ctx := <-got:
+			if ctx != nil && ctx.Err() == nil {
+				if err := f.m.Unlock(ctx); err != nil {
+					t.Fatalf("a waiter's Unlock: %v", err)
+				}
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter did not get the lock")
+		}
+	}
+	f.isFree(t)
+}

@@ -56,7 +56,7 @@ func checkWait(name string, wait time.Duration) error {
 // acquire takes a hold of role on key through kind k for an acquisition of
 // its own, or re-enters the hold ctx carries under hk (see heldKey): the one
 // way every single-key lock type locks. wait < 0 waits without bound.
-func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
+func (c *engine) acquire(ctx context.Context, k kind, key string, r role, hk any, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
 	if ctx == nil {
 		return ctx, noContext(name)
 	}
@@ -100,7 +100,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 }
 
 // reenterVia adds a level to h, the hold ctx carries, with the options lo.
-func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (context.Context, error) {
+func (c *engine) reenterVia(ctx context.Context, h *hold, lo lockOptions) (context.Context, error) {
 	c.holds.refAgain(h)
 	defer c.holds.unref(h)
 	if err := h.enter(ctx); err != nil {
@@ -123,7 +123,7 @@ func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (conte
 // may have been applied and only its reply lost, or the caller gave up while
 // it was under way) is undone, so that a lock nobody knows it holds does not
 // block everyone until its lease ends.
-func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
+func (c *engine) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
 	var via processor = c.rdb
 	var conn *redis.Conn
 	if h.ack.replicas > 0 {
@@ -168,7 +168,7 @@ func (h *hold) lapsed(now time.Time) bool {
 }
 
 // attemptFailed handles an attempt that failed with err.
-func (c *Client) attemptFailed(ctx context.Context, h *hold, err error) error {
+func (c *engine) attemptFailed(ctx context.Context, h *hold, err error) error {
 	if outcomeUnknown(err) {
 		c.forget(ctx, h, true)
 	}
@@ -177,7 +177,7 @@ func (c *Client) attemptFailed(ctx context.Context, h *hold, err error) error {
 
 // forget undoes what an acquisition of h that did not complete may have left
 // in Redis, within a second and even if ctx has ended.
-func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
+func (c *engine) forget(ctx context.Context, h *hold, acquired bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	if h.queued {
@@ -192,7 +192,7 @@ func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
 // line, given h's keys and args) until the owner acquires or gives up. Each
 // attempt that leaves the owner in line calls it again: the attempt itself
 // renewed the place.
-func (c *Client) inLine(h *hold, script *script, keys []string, args []any) {
+func (c *engine) inLine(h *hold, script *script, keys []string, args []any) {
 	if h.waiting == nil {
 		channel := h.kind.channel(h)
 		h.waiting = &renewal{script: script, keys: keys, args: args, lost: func(string) {
@@ -209,7 +209,7 @@ func (c *Client) inLine(h *hold, script *script, keys []string, args []any) {
 // establish makes h held after its first acquisition, which was sent at
 // start. The caller then ties it to ctx's end (tieToParent), unless a
 // compound lock releases it with its other locks.
-func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
+func (c *engine) establish(ctx context.Context, h *hold, start time.Time) {
 	if h.queued {
 		c.dog.remove(h.waiting)
 		h.queued = false
@@ -242,7 +242,7 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 // from this call (its context then ends at the later of the two deadlines)
 // and does nothing to a hold the watchdog renews. Without one the hold keeps
 // its lease as it is (a fixed one its deadline).
-func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
+func (c *engine) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
 	if c.holds.isLost(h) {
 		return ctx, lostHold(h)
 	}
@@ -282,7 +282,7 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 // dropOwner removes h's owner from Redis, whatever count it has there, within
 // a second and even if ctx has ended: the hold ended while a call that added
 // to it was on its way.
-func (c *Client) dropOwner(ctx context.Context, h *hold) {
+func (c *engine) dropOwner(ctx context.Context, h *hold) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	levels := h.levels
@@ -300,7 +300,7 @@ func (c *Client) dropOwner(ctx context.Context, h *hold) {
 // for (WithLease), which the scripts apply only where it lasts longer than
 // the lease left, or else "0", which keeps its deadline; for a hold the
 // watchdog renews its lease, as a renewal would set it.
-func (c *Client) leaseArgs(h *hold) (first, again any) {
+func (c *engine) leaseArgs(h *hold) (first, again any) {
 	first = c.leaseArg(h.lease)
 	switch {
 	case h.fixed && h.relet > 0:
@@ -386,7 +386,7 @@ func (h *hold) levelContext(ctx context.Context) context.Context {
 
 // leaseArg returns the script argument for a lease of d (see msArg), boxed
 // once for the watchdog timeout, the lease of most holds.
-func (c *Client) leaseArg(d time.Duration) any {
+func (c *link) leaseArg(d time.Duration) any {
 	if d == c.opts.watchdogTimeout {
 		return c.leaseMS
 	}

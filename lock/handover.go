@@ -56,7 +56,7 @@ type handing interface {
 // rather than have the handover set it anew, and when h has a token left in
 // its block for w too, w is woken before the transfer is sent
 // (handOverAhead).
-func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Time, renewed bool) error {
+func (c *engine) handOver(ctx context.Context, h *hold, w *waiter, until time.Time, renewed bool) error {
 	at := time.Now()
 	lease := w.h.lease
 	if !until.IsZero() && !w.h.fixed && w.h.lease == h.lease && until.Sub(at) > lease/2 {
@@ -115,7 +115,7 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 // token (from h's block, below every token issued after the block) is
 // refused by the writes of whoever holds the lock next. h's release is
 // decided as w is woken: h's context has ended by then.
-func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
+func (c *engine) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
 	p := &inflightHandover{done: make(chan struct{}), lost: make(chan struct{})}
 	until := at.Add(w.h.lease)
 	w.h.setRenewal()
@@ -175,7 +175,7 @@ func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.
 }
 
 // handedOn completes h's release by a handover that succeeded.
-func (c *Client) handedOn(h *hold, renewed bool) error {
+func (c *engine) handedOn(h *hold, renewed bool) error {
 	err := c.settle(h, renewed, 0, nil)
 	// The new holder runs first, as sync.Mutex hands over when starving:
 	// on a hot key the handovers are the critical path, and whatever the
@@ -187,7 +187,7 @@ func (c *Client) handedOn(h *hold, renewed bool) error {
 
 // abortTransfer frees the lock after a transfer from h to to whose outcome
 // is unknown (see handing.abort), within a second.
-func (c *Client) abortTransfer(ctx context.Context, h, to *hold) error {
+func (c *engine) abortTransfer(ctx context.Context, h, to *hold) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	return h.kind.(handing).abort(rctx, h, to)
@@ -242,7 +242,7 @@ func (p *inflightHandover) record(ok, stray bool) {
 // transfer of unknown outcome). Nothing renews h from then on, and a hold
 // already returned by Lock is lost: it reports whether h was, for
 // transferEnded to tell once whatever the failure needs is done.
-func (c *Client) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
+func (c *engine) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
 	p.record(false, stray)
 	return c.holds.lose(h) // and its renewal goes, held or not
 }
@@ -250,7 +250,7 @@ func (c *Client) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
 // transferEnded lets h's hold be entered again after a failed transfer (see
 // transferFailed), and tells a lost hold its cause; stray says that h's
 // field may be left in the lock, which then goes.
-func (c *Client) transferEnded(h *hold, p *inflightHandover, lost, stray bool) {
+func (c *engine) transferEnded(h *hold, p *inflightHandover, lost, stray bool) {
 	close(p.done)
 	if lost {
 		h.end(lostError(h.name, "the handover to it did not reach Redis"))
@@ -263,7 +263,7 @@ func (c *Client) transferEnded(h *hold, p *inflightHandover, lost, stray bool) {
 // adoptHandover is establish's end of a handover to h (see handOff and
 // handOverAhead): it reports whether h is still held. A hold whose transfer
 // failed is not, and what the transfer may have left of it goes.
-func (c *Client) adoptHandover(h *hold) bool {
+func (c *engine) adoptHandover(h *hold) bool {
 	if p := h.inflight.Load(); p != nil {
 		if settled, ok, stray := p.outcome(); settled && !ok {
 			if stray {
@@ -350,7 +350,7 @@ const yieldDelay = time.Millisecond
 // with handedOver. After cohortLimit handovers in a row there is none, and
 // turn reports that the Client's turn is over: the caller frees the lock
 // and calls endTurn.
-func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
+func (c *lines) reserveHandover(h *hold) (w *waiter, turn bool) {
 	if _, ok := h.kind.(handing); !ok {
 		return nil, false
 	}
@@ -382,7 +382,7 @@ func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
 // succeeded, or is on its way (p, see handOverAhead), w is woken holding the
 // lock (at: when w's lease began; tok and top: the token it gave w and the
 // last one reserved); otherwise w tries to acquire at once.
-func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token, p *inflightHandover) {
+func (c *lines) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token, p *inflightHandover) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	w.reserved = false
@@ -400,7 +400,7 @@ func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.T
 // withdraw takes w out of the handovers as it gives up: it waits for a
 // handover under way to w to finish and reports whether the lock was handed
 // to w (when and with which token).
-func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
+func (c *lines) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
 	c.qmu.Lock()
 	w.leaving = true
 	for w.reserved {

@@ -71,7 +71,7 @@ type kind interface {
 // A hold is one owner's possession of one lock, from its first acquisition to
 // its final release or its loss. Its context is the one Lock returns.
 type hold struct {
-	c        *Client
+	c        *engine
 	id       holdID
 	hk       any    // the context key that carries the hold (see heldKey)
 	name     string // as the caller wrote it, for errors
@@ -204,7 +204,7 @@ func (h *hold) abandon() {
 
 // heldVia returns the hold ctx carries under hk when it is still held, or
 // nil.
-func (c *Client) heldVia(ctx context.Context, hk any) *hold {
+func (c *engine) heldVia(ctx context.Context, hk any) *hold {
 	if h := heldBy(ctx, hk); h != nil && c.holds.stillHeld(h) {
 		return h
 	}
@@ -315,13 +315,13 @@ func contextName(ctx context.Context) string {
 // id of its own, whatever other locks of the Client it holds. Each lock value
 // boxes its key once (see holdKey), so that looking it up allocates nothing.
 type heldKey struct {
-	c   *Client
+	c   *engine
 	key string
 	r   role
 }
 
 // holdKey returns the context key of the holds of role r on key, boxed.
-func (c *Client) holdKey(key string, r role) any { return heldKey{c, key, r} }
+func (c *engine) holdKey(key string, r role) any { return heldKey{c, key, r} }
 
 // heldBy returns the hold ctx descends from under the context key hk (see
 // holdKey), or nil.
@@ -331,6 +331,6 @@ func heldBy(ctx context.Context, hk any) *hold {
 }
 
 // field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
-func (c *Client) field(owner int64) string {
+func (c *link) field(owner int64) string {
 	return c.id + ":" + strconv.FormatInt(owner, 10)
 }

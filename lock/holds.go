@@ -25,7 +25,7 @@ func newHoldTable() holdTable { return holdTable{m: make(map[holdID]*hold)} }
 
 // ref returns the hold id of c, creating it when there is none, and counts
 // the caller as using it until unref. hk is the context key that carries it.
-func (t *holdTable) ref(c *Client, id holdID, hk any, name string) *hold {
+func (t *holdTable) ref(c *engine, id holdID, hk any, name string) *hold {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	h := t.m[id]

@@ -315,7 +315,7 @@ func inspectedWaiter(field string) Waiter {
 
 // countSubscribers fills in the unlock channels of the lock and their
 // subscriber counts.
-func (c *Client) countSubscribers(ctx context.Context, in *Inspection) error {
+func (c *engine) countSubscribers(ctx context.Context, in *Inspection) error {
 	names := []string{derived(channelPrefix, in.Key), derived(rwChannelPrefix, in.Key), derived(semChannelPrefix, in.Key)}
 	for _, w := range in.Queue {
 		names = append(names, derived(channelPrefix, in.Key)+":"+w.Field)

@@ -267,7 +267,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 }
 
 // holdCount answers HoldCount for the holds of the exclusive role on key.
-func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, error) {
+func (c *engine) holdCount(ctx context.Context, name, key string, hk any) (int, error) {
 	if ctx == nil {
 		return 0, noContext(name)
 	}

@@ -110,13 +110,13 @@ func WithObserver(o Observer) Option {
 
 // observe reports t about h, an established hold, to the Client's
 // Observer, if any.
-func (c *Client) observe(h *hold, t EventType, wait time.Duration, cause error) {
+func (c *link) observe(h *hold, t EventType, wait time.Duration, cause error) {
 	c.observeIn(h.parent, h, t, wait, cause)
 }
 
 // observeIn reports t about h, taken with ctx, to the Client's Observer, if
 // any.
-func (c *Client) observeIn(ctx context.Context, h *hold, t EventType, wait time.Duration, cause error) {
+func (c *link) observeIn(ctx context.Context, h *hold, t EventType, wait time.Duration, cause error) {
 	if c == nil || c.opts.observer == nil {
 		return
 	}
@@ -132,7 +132,7 @@ func (c *Client) observeIn(ctx context.Context, h *hold, t EventType, wait time.
 }
 
 // ended reports the end of h with cause, once.
-func (c *Client) ended(h *hold, cause error) {
+func (c *link) ended(h *hold, cause error) {
 	if c.opts.observer == nil || !h.reported.CompareAndSwap(false, true) {
 		return
 	}

@@ -189,7 +189,7 @@ func WithLease(d time.Duration) LockOption {
 }
 
 // lockOptions applies opts over the Client's defaults.
-func (c *Client) lockOptions(opts []LockOption) lockOptions {
+func (c *link) lockOptions(opts []LockOption) lockOptions {
 	if len(opts) == 0 { // the options' pointer below puts o on the heap
 		return lockOptions{ack: c.opts.ack}
 	}

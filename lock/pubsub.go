@@ -23,7 +23,7 @@ const subscriptionLinger = 2 * time.Second
 // once, however many goroutines wait on it; one goroutine per connection
 // reads the messages and wakes the head of the matching wait queue.
 type subscriber struct {
-	c *Client
+	c *lines
 
 	mu      sync.Mutex
 	conns   map[string]*psConn // by node address; "" when not Cluster
@@ -52,7 +52,7 @@ type chanSub struct {
 	idle      *time.Timer // pending unsubscribe
 }
 
-func newSubscriber(c *Client) *subscriber {
+func newSubscriber(c *lines) *subscriber {
 	return &subscriber{c: c, conns: make(map[string]*psConn), chans: make(map[string]*chanSub), closing: make(map[string]chan struct{})}
 }
 
@@ -400,7 +400,7 @@ func (s *subscriber) close() {
 // resubscribe drops the subscription cs of channel's queues (see laned)
 // that still use it, and wakes their head waiters, which subscribe anew when
 // they have to wait.
-func (c *Client) resubscribe(channel string, cs *chanSub) {
+func (c *lines) resubscribe(channel string, cs *chanSub) {
 	c.qmu.Lock()
 	drops := 0
 	for _, lane := range lanes {
@@ -420,12 +420,6 @@ func (c *Client) resubscribe(channel string, cs *chanSub) {
 	for ; drops > 0; drops-- {
 		c.subs.release(cs)
 	}
-}
-
-// backgroundContext returns a context for the Client's own Redis calls:
-// bounded by d and cancelled when the Client closes.
-func (c *Client) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.life, d)
 }
 
 // leaseMessage parses the message fair_acquire.lua sends the next waiter in

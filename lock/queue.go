@@ -46,7 +46,7 @@ type lineWake struct {
 type lineMark struct{ own, plain uint64 }
 
 // lineMarkOf returns what the queue name has heard so far.
-func (c *Client) lineMarkOf(name string) lineMark {
+func (c *lines) lineMarkOf(name string) lineMark {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[name]; q != nil {
@@ -60,7 +60,7 @@ func (c *Client) lineMarkOf(name string) lineMark {
 // reports whether to try again at once: first, and a message on the Mutex's
 // channel came while the attempt was under way (ignored then, the waiter
 // being behind; it may have freed the lock after the attempt ran).
-func (c *Client) linePlace(name string, first bool, m lineMark) bool {
+func (c *lines) linePlace(name string, first bool, m lineMark) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[name]
@@ -79,7 +79,7 @@ func (c *Client) linePlace(name string, first bool, m lineMark) bool {
 
 // heardOwn records a message on channel, the own channel of a FairMutex
 // waiter's queue: the waiter is first in line. The caller holds qmu.
-func (c *Client) heardOwn(channel string) {
+func (c *lines) heardOwn(channel string) {
 	if q := c.queues[channel]; q != nil {
 		q.line.own++
 		q.line.behind = false
@@ -123,7 +123,7 @@ type waiter struct {
 // queued reports whether goroutines of this Client wait in the queue name.
 // A Client nobody of which waits anywhere, the uncontended case, answers
 // without taking qmu: a queue exists only while it has waiters.
-func (c *Client) queued(name string) bool {
+func (c *lines) queued(name string) bool {
 	if c.nqueue.Load() == 0 {
 		return false
 	}
@@ -136,7 +136,7 @@ func (c *Client) queued(name string) bool {
 // join appends a waiter to the queue name, woken by the messages on channel.
 // A waiter that is head at once tries at once (after subscribing: see
 // waitFor).
-func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*waitQueue, *waiter) {
+func (c *lines) join(name, channel string, shared, enlist bool, h *hold) (*waitQueue, *waiter) {
 	w := &waiter{notify: make(chan struct{}, 1), shared: shared, enlist: enlist, bound: -1, grant: grant{h: h}}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
@@ -158,7 +158,7 @@ func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*wait
 // both share the lock, or if it enlists (its attempt takes its place in line
 // in Redis), or else waits for the unlock message of the holder w became, at
 // most lease.
-func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Duration) {
+func (c *lines) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Duration) {
 	c.qmu.Lock()
 	var release *chanSub
 	for i, x := range q.waiters {
@@ -197,7 +197,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 // deliver handles a message on an unlock channel: the head of its queue tries
 // again, and so do the heads of the queues the channel is relayed to.
 // Messages for channels nobody waits on are dropped.
-func (c *Client) deliver(channel string) {
+func (c *lines) deliver(channel string) {
 	c.qmu.Lock()
 	c.heardOwn(channel)
 	c.wakeHead(channel)
@@ -220,7 +220,7 @@ func (c *Client) deliver(channel string) {
 // wakeLine handles a Mutex's unlock message for the queue name of a
 // FairMutex waiter (see lineWake): its waiter tries again unless it is
 // behind others in line. The caller holds qmu.
-func (c *Client) wakeLine(name string) {
+func (c *lines) wakeLine(name string) {
 	q := c.queues[name]
 	if q == nil {
 		return
@@ -239,14 +239,14 @@ func (c *Client) wakeLine(name string) {
 // (see turnStagger): it tries after a pause of turnStagger for each Client
 // that, by the turns it has heard end since its own, is still due before
 // it, and then only if a look shows the lock free.
-func (c *Client) wakeHead(channel string) {
+func (c *lines) wakeHead(channel string) {
 	for _, lane := range lanes {
 		c.wakeQueue(c.queues[channel+lane])
 	}
 }
 
 // wakeQueue makes the head of q, if any, try again: see wakeHead.
-func (c *Client) wakeQueue(q *waitQueue) {
+func (c *lines) wakeQueue(q *waitQueue) {
 	if q == nil || len(q.waiters) == 0 {
 		return
 	}
@@ -267,7 +267,7 @@ func (c *Client) wakeQueue(q *waitQueue) {
 // waits for was just taken with a lease of d (see leaseMessage): unless it
 // is about to try anyway, the head waits for the unlock message at most d
 // from now, instead of the bound its last attempt gave it.
-func (c *Client) learnLease(channel string, d time.Duration) {
+func (c *lines) learnLease(channel string, d time.Duration) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	c.heardOwn(channel)
@@ -285,13 +285,13 @@ func (c *Client) learnLease(channel string, d time.Duration) {
 // the queue of a channel of another Client: a RedLock waits in the queue of
 // its first node and is woken by an unlock on any node.
 type relay struct {
-	to      *Client
+	to      *lines
 	channel string
 	line    bool // to a FairMutex waiter's queue, from its Mutex's channel: see lineWake
 }
 
 // addRelay forwards the messages of channel to r until removeRelay.
-func (c *Client) addRelay(channel string, r relay) {
+func (c *lines) addRelay(channel string, r relay) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.relays[channel] == nil {
@@ -301,7 +301,7 @@ func (c *Client) addRelay(channel string, r relay) {
 }
 
 // removeRelay undoes one addRelay.
-func (c *Client) removeRelay(channel string, r relay) {
+func (c *lines) removeRelay(channel string, r relay) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if m := c.relays[channel]; m != nil {

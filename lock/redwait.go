@@ -39,7 +39,7 @@ func (w *redWait) subscribe(ctx context.Context, q *waitQueue, deadline <-chan t
 			w.subs[i] = c.subs.acquire(r.nodes[i].unlockCh)
 		}
 		if !w.relayed[i] {
-			c.addRelay(r.nodes[i].unlockCh, relay{to: c0, channel: q.channel})
+			c.addRelay(r.nodes[i].unlockCh, relay{to: c0.lines, channel: q.channel})
 			w.relayed[i] = true
 		}
 		all = append(all, w.subs[i])
@@ -80,7 +80,7 @@ wait:
 
 // close ends the subscriptions and relays of the wait.
 func (w *redWait) close() {
-	home := relay{to: w.r.clients[w.home], channel: w.r.nodes[w.home].unlockCh}
+	home := relay{to: w.r.clients[w.home].lines, channel: w.r.nodes[w.home].unlockCh}
 	for i := range w.subs {
 		if i == w.home {
 			continue

@@ -38,7 +38,7 @@ func (h *hold) parentEnded() {
 
 // unlock releases one level of the hold ctx carries under hk: the one way
 // every single-key lock type unlocks.
-func (c *Client) unlock(ctx context.Context, hk any, name string) error {
+func (c *engine) unlock(ctx context.Context, hk any, name string) error {
 	if ctx == nil {
 		return noContext(name)
 	}
@@ -68,7 +68,7 @@ func (c *Client) unlock(ctx context.Context, hk any, name string) error {
 }
 
 // releaseLevel releases one level of h, whose semaphore the caller holds.
-func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
+func (c *engine) releaseLevel(ctx context.Context, h *hold) error {
 	if c.holds.isLost(h) {
 		return lostHold(h)
 	}
@@ -110,7 +110,7 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 // releasing prepares the release of one level of h: before the final one,
 // the watchdog stops renewing it (no renewal may follow the final release).
 // It reports whether h was being renewed.
-func (c *Client) releasing(h *hold) bool {
+func (c *engine) releasing(h *hold) bool {
 	if h.levels == 1 {
 		return c.dog.remove(&h.renewal)
 	}
@@ -119,7 +119,7 @@ func (c *Client) releasing(h *hold) bool {
 
 // settle records the outcome of releasing one level of h: the levels Redis
 // has left, or the error of the call. renewed is what releasing returned.
-func (c *Client) settle(h *hold, renewed bool, left int64, err error) error {
+func (c *engine) settle(h *hold, renewed bool, left int64, err error) error {
 	final := h.levels == 1
 	if err != nil {
 		h.unsure = h.unsure || outcomeUnknown(err)
@@ -178,7 +178,7 @@ func (h *hold) leaseEnd(renewed bool) time.Time {
 // retry it is (h.retry when it started): once h was re-entered since, it
 // stops, and leaves h to the retry of a later failed release, if any, which
 // goes on until the lease h has then ends.
-func (c *Client) releaseLater(h *hold, until time.Time, gen uint8) {
+func (c *engine) releaseLater(h *hold, until time.Time, gen uint8) {
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		select {
 		case <-time.After(min(backoff, max(time.Until(until), 0))):
@@ -231,14 +231,14 @@ func (c *Client) releaseLater(h *hold, until time.Time, gen uint8) {
 }
 
 // released records the final release of h.
-func (c *Client) released(h *hold) { c.releasedWith(h, ErrReleased) }
+func (c *engine) released(h *hold) { c.releasedWith(h, ErrReleased) }
 
 // errReleasedLater is the cause of a context whose final release failed and
 // was then completed by releaseLater: the caller's own retry of Unlock,
 // arriving after that, succeeds too.
 var errReleasedLater = fmt.Errorf("%w after a failed unlock was retried", ErrReleased)
 
-func (c *Client) releasedWith(h *hold, cause error) {
+func (c *engine) releasedWith(h *hold, cause error) {
 	h.levels = 0
 	h.unsure = false
 	h.releasedLater = cause == errReleasedLater

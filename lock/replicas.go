@@ -65,7 +65,7 @@ func WithReplicas(replicas int, timeout time.Duration) LockOption {
 
 // conn returns a connection of its own to the master that holds key, so that
 // WAIT counts the replicas that confirmed this connection's last write.
-func (c *Client) conn(ctx context.Context, key string) (*redis.Conn, error) {
+func (c *link) conn(ctx context.Context, key string) (*redis.Conn, error) {
 	switch r := c.rdb.(type) {
 	case *redis.Client:
 		return r.Conn(), nil
@@ -81,7 +81,7 @@ func (c *Client) conn(ctx context.Context, key string) (*redis.Conn, error) {
 
 // confirmReplicas waits until ack.replicas replicas have confirmed the writes
 // made on conn, for at most ack.timeout.
-func (c *Client) confirmReplicas(ctx context.Context, conn *redis.Conn, ack replicaAck) error {
+func (c *link) confirmReplicas(ctx context.Context, conn *redis.Conn, ack replicaAck) error {
 	n, err := conn.Wait(ctx, ack.replicas, ack.timeout).Result()
 	if err != nil {
 		return fmt.Errorf("waiting for %d replicas: %w", ack.replicas, err)

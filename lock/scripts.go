@@ -90,7 +90,7 @@ type processor interface {
 
 // run runs s on keys with args, through the Client's go-redis client (see
 // script.send).
-func (c *Client) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
+func (c *link) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
 	return s.run(ctx, c.rdb, keys, args...)
 }
 
@@ -162,7 +162,7 @@ type scriptCall struct {
 // such script loaded once (SCRIPT LOAD) and the calls that failed for it
 // sent again, the same way. This is the one way the package pipelines its
 // scripts (the watchdog's renewals, a MultiLock's token raise).
-func (c *Client) pipelined(calls []scriptCall, perTrip int, newCtx func() (context.Context, context.CancelFunc)) ([]*redis.Cmd, []time.Time) {
+func (c *link) pipelined(calls []scriptCall, perTrip int, newCtx func() (context.Context, context.CancelFunc)) ([]*redis.Cmd, []time.Time) {
 	cmds := make([]*redis.Cmd, len(calls))
 	sent := make([]time.Time, len(calls))
 	exec := func(idx []int) {

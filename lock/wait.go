@@ -53,7 +53,7 @@ type waitSpec struct {
 // A wait that has to queue is a small state machine (see waitStep): it
 // looks at its waiter's state, takes its turn to try when it is the head
 // and was told to, and sleeps until something changes.
-func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
+func (c *engine) waitFor(ctx context.Context, s waitSpec) error {
 	var prober handing
 	queue, enlist, also := s.channel, false, ""
 	if s.h != nil {
@@ -116,7 +116,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 
 // tryOnce makes one attempt of s: s.try, or else an attempt of s.h, the
 // time it was sent kept in h.start.
-func (c *Client) tryOnce(ctx context.Context, s *waitSpec) (bool, time.Duration, error) {
+func (c *engine) tryOnce(ctx context.Context, s *waitSpec) (bool, time.Duration, error) {
 	if s.try != nil {
 		return s.try(ctx)
 	}
@@ -144,7 +144,7 @@ const (
 // A waitRun is one queued wait of waitFor: its spec, its waiter, and what
 // it has learned so far.
 type waitRun struct {
-	c      *Client
+	c      *engine
 	ctx    context.Context
 	s      waitSpec
 	prober handing // the kind that probes: a hold's that can hand over
@@ -223,7 +223,7 @@ func (wt *waitRun) take() waitStep {
 // has more than the watchdog's margin left, and its transfer, when sent
 // after the waiter was woken (see handOverAhead), has not failed. Otherwise
 // the watchdog no longer renews it.
-func (c *Client) grantLasts(h *hold, at time.Time) bool {
+func (c *engine) grantLasts(h *hold, at time.Time) bool {
 	if h.fixed {
 		return time.Now().Before(at.Add(h.lease))
 	}
@@ -238,7 +238,7 @@ func (c *Client) grantLasts(h *hold, at time.Time) bool {
 // dropGrant undoes a handover to h that its waiter does not take: once its
 // transfer, if still on its way, has an outcome, nothing renews h and
 // whatever Redis holds of it goes.
-func (c *Client) dropGrant(ctx context.Context, h *hold) {
+func (c *engine) dropGrant(ctx context.Context, h *hold) {
 	h.awaitTransfer()
 	if !h.fixed {
 		c.dog.remove(&h.renewal)
@@ -367,7 +367,7 @@ type lineWaker interface {
 // awaitSubscription makes sure q's unlock channel is subscribed and confirmed,
 // and the channel its waiter is also woken by if any (see lineWake).
 // A subscription that failed is dropped, so that the next head subscribes anew.
-func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
+func (c *lines) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
 	if err := c.awaitChannel(ctx, name, q, &q.sub, q.channel, deadline); err != nil || q.line.also == "" {
 		return err
 	}
@@ -377,7 +377,7 @@ func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueu
 // awaitChannel makes sure channel is subscribed and confirmed for q, its
 // subscription kept in *sub (guarded by qmu). The subscription of a
 // lineWake's channel is relayed to q.
-func (c *Client) awaitChannel(ctx context.Context, name string, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
+func (c *lines) awaitChannel(ctx context.Context, name string, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
 	c.qmu.Lock()
 	relayed := false
 	if *slot == nil {

@@ -25,7 +25,7 @@ const (
 // at once. When Redis cannot be reached the renewals are retried until a
 // lock's lease would have run out; then that lock is declared lost too.
 type watchdog struct {
-	c      *Client
+	c      *link
 	period time.Duration
 
 	mu      sync.Mutex
@@ -72,7 +72,7 @@ func (r *renewal) fail(why string) {
 	r.lost(why)
 }
 
-func newWatchdog(c *Client) *watchdog {
+func newWatchdog(c *link) *watchdog {
 	return &watchdog{
 		c:      c,
 		period: c.opts.watchdogTimeout / 3,

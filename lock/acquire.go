@@ -13,7 +13,7 @@ import (
 )
 
 // The single-key acquire path: every Mutex, FairMutex, RWMutex side and
-// Semaphore acquisition goes through Client.acquire, which takes a hold
+// Semaphore acquisition goes through engine.acquire, which takes a hold
 // afresh (waitFor, then establish) or re-enters the one the context
 // carries, and the checks and script arguments every kind starts with.
 
@@ -21,7 +21,7 @@ import (
 // its name and what was wrong with it when it was made, which every
 // operation reports.
 type handle struct {
-	c        *Client
+	c        *engine
 	name     string // the full Redis name, namespace included: errors and logs show it
 	given    string // the name as given: Name returns it
 	checkErr error
@@ -360,7 +360,7 @@ func (r pairReply) unexpected(what string) error {
 
 // retryAfter turns the PTTL an acquire script reported into how long to wait
 // for an unlock message at most.
-func retryAfter(c *Client, pttl int64) time.Duration {
+func retryAfter(c *link, pttl int64) time.Duration {
 	switch {
 	case pttl == -1: // a key without expiry: not written by a lock; look again after a watchdog timeout
 		return c.opts.watchdogTimeout

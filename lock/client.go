@@ -98,7 +98,41 @@ func (c *Client) ID() string { return c.id }
 // Mutex returns the reentrant lock called name. It does no I/O; an invalid
 // name is reported by the first operation on the Mutex.
 func (c *Client) Mutex(name string) *Mutex {
-	return newMutex(c, name)
+	return newMutex(c.part(), name)
+}
+
+// FairMutex returns the fair lock called name. It does no I/O; an invalid
+// name is reported by the first operation.
+func (c *Client) FairMutex(name string) *FairMutex {
+	return newFairMutex(c.part(), name)
+}
+
+// RWMutex returns the reader/writer lock called name. It does no I/O; an
+// invalid name is reported by the first operation.
+func (c *Client) RWMutex(name string) *RWMutex {
+	return newRWMutex(c.part(), name)
+}
+
+// Semaphore returns the semaphore called name with permits permits. It does
+// no I/O; an invalid name or a permits count below 1 is reported by the first
+// operation (ErrInvalid).
+func (c *Client) Semaphore(name string, permits int) *Semaphore {
+	return newSemaphore(c.part(), name, permits)
+}
+
+// MultiLock returns the lock over all the names. It does no I/O; no names or
+// an invalid name is reported by the first operation (ErrInvalid).
+func (c *Client) MultiLock(names ...string) *MultiLock {
+	return newMultiLock(c.part(), names...)
+}
+
+// part returns the engine of c, nil for a nil Client: the lock values of a
+// nil Client report ErrInvalid from their first operation.
+func (c *Client) part() *engine {
+	if c == nil {
+		return nil
+	}
+	return c.engine
 }
 
 // Close stops the watchdog and the subscriptions. Locks still held are not
@@ -133,13 +167,7 @@ func (c *Client) usable() error {
 	if c == nil {
 		return fmt.Errorf("%w: nil lock client", ErrInvalid)
 	}
-	if c.err != nil {
-		return c.err
-	}
-	if c.closed() {
-		return ErrClosed
-	}
-	return nil
+	return c.link.usable()
 }
 
 // Namespace returns the namespace every lock name of the Client is

@@ -67,7 +67,7 @@ func enterParts(ctx context.Context, name string, locks []*Mutex, order []int, o
 		if owner == 0 {
 			owner = c.owners.Add(1)
 		}
-		p.holds[i] = c.holds.ref(c.engine, holdID{m.key, exclusive, owner}, m.hk, m.name)
+		p.holds[i] = c.holds.ref(c, holdID{m.key, exclusive, owner}, m.hk, m.name)
 	}
 	for n := range p.holds {
 		if p.holds[at(order, n)].enter(ctx) != nil {

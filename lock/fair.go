@@ -76,9 +76,9 @@ type FairMutex struct {
 	aliveKeys []string // liveness, deadlines: the watchdog's fair_alive.lua
 }
 
-// FairMutex returns the fair lock called name. It does no I/O; an invalid
-// name is reported by the first operation.
-func (c *Client) FairMutex(name string) *FairMutex {
+// newFairMutex returns the FairMutex of the engine c (nil: of a nil Client): see
+// Client.FairMutex.
+func newFairMutex(c *engine, name string) *FairMutex {
 	f := &FairMutex{m: newMutex(c, name)}
 	if f.m.checkErr == nil {
 		k := f.m.key
@@ -180,7 +180,7 @@ func (f *fairWaiter) attempt(ctx context.Context, via processor, h *hold) (bool,
 			return false, f.stuck(ctx, h, time.Duration(r.value)*time.Millisecond), nil
 		}
 		f.stalled = time.Time{}
-		return false, retryAfter(c, r.value), nil
+		return false, retryAfter(c.link, r.value), nil
 	}
 	return false, 0, r.unexpected("fair acquire")
 }

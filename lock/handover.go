@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
@@ -12,43 +11,6 @@ import (
 // Handovers: a releasing holder gives the lock straight to the next waiter
 // of its Client (transfer.lua), without freeing it, in turns bounded by
 // cohortLimit so that the other Clients get the lock too.
-
-// A grant is a waiter's side of the handovers (see cohortLimit). h is the
-// hold the waiter acquires, nil for the locks of several keys (MultiLock,
-// RedLock); only holds whose kind can hand over (handing) are ever handed
-// the lock. A releaser reads only the fields of h that do not change while
-// it waits, and sets up h's renewal at a handover (see handOff). Guarded by
-// Client.qmu.
-type grant struct {
-	h        *hold
-	reserved bool          // a releaser is handing the lock over to this waiter
-	trying   bool          // the waiter is trying to acquire by itself: no handover to it meanwhile
-	granted  bool          // the lock was handed over: it is held for h
-	grantTok fencing.Token // the token the handover gave h
-	grantTop fencing.Token // the last token reserved for h's run of handovers (see tokenBlock)
-	grantAt  time.Time     // when h's lease began: the handover was sent, or the releaser's lease began
-	leaving  bool          // the waiter gave up: no handover any more
-}
-
-// A handing kind can hand its lock from a holder straight to a waiter of the
-// same Client (see cohortLimit).
-type handing interface {
-	kind
-	// transfer hands the lock from from, at its final release, to to,
-	// setting a new lease when lease > 0 and keeping the lock's expiry
-	// otherwise. It returns to's token and the last token reserved for
-	// to's run of handovers, or a negative token when from does not hold
-	// the lock any more.
-	transfer(ctx context.Context, from, to *hold, lease time.Duration) (tok, top fencing.Token, err error)
-	// abort frees the lock after a transfer from from to to whose outcome
-	// is unknown, whichever of the two holds it, in one call: the transfer
-	// may still be on its way, and finding from's field gone it then
-	// changes nothing.
-	abort(ctx context.Context, from, to *hold) error
-	// probe reports whether h's lock is free, with one command, and if not,
-	// how long to wait for an unlock message at most.
-	probe(ctx context.Context, h *hold) (bool, time.Duration, error)
-}
 
 // handOver releases h's last level by handing the lock to waiter w. until,
 // when set, is when h's lease ends unless the watchdog renews it: a waiter
@@ -202,41 +164,6 @@ func reservedNext(h *hold) (tok, top fencing.Token, ok bool) {
 	return 0, 0, false
 }
 
-// An inflightHandover is a handover whose waiter was woken before its
-// transfer reached Redis (see handOverAhead). done is closed once the
-// outcome is known, lost once the hold is known lost (see holdTable.lose);
-// a hold's semaphore is entered only after one of them (see hold.enter),
-// so that no call on its field overtakes the transfer, and a lost hold
-// answers at once however long the transfer's call still waits.
-type inflightHandover struct {
-	done     chan struct{}
-	lost     chan struct{}
-	lostOnce sync.Once
-
-	mu      sync.Mutex
-	settled bool // the outcome is known
-	ok      bool // the transfer succeeded: the lock is the waiter's in Redis
-	stray   bool // it failed, but may have left the waiter's field in the lock
-}
-
-// outcome reports whether p's outcome is known, and if so whether the
-// transfer succeeded, and if not whether the waiter's field may be left.
-func (p *inflightHandover) outcome() (settled, ok, stray bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.settled, p.ok, p.stray
-}
-
-// lose records that the hold p handed over was declared lost.
-func (p *inflightHandover) lose() { p.lostOnce.Do(func() { close(p.lost) }) }
-
-// record sets p's outcome.
-func (p *inflightHandover) record(ok, stray bool) {
-	p.mu.Lock()
-	p.settled, p.ok, p.stray = true, ok, stray
-	p.mu.Unlock()
-}
-
 // transferFailed records that p, the transfer to h sent after h's waiter was
 // woken, failed; stray says that the lock may still carry h's field (a
 // transfer of unknown outcome). Nothing renews h from then on, and a hold
@@ -343,71 +270,3 @@ const turnStagger = 200 * time.Microsecond
 // lock before it tries itself. It is woken then even if the unlock message
 // escaped it.
 const yieldDelay = time.Millisecond
-
-// reserveHandover picks the waiter of this Client that h's lock can be handed
-// to at its final release: the head of its queue, waiting for the same lock
-// through a kind that can hand over. The caller then completes the handover
-// with handedOver. After cohortLimit handovers in a row there is none, and
-// turn reports that the Client's turn is over: the caller frees the lock
-// and calls endTurn.
-func (c *lines) reserveHandover(h *hold) (w *waiter, turn bool) {
-	if _, ok := h.kind.(handing); !ok {
-		return nil, false
-	}
-	if c.nqueue.Load() == 0 {
-		return nil, false // nobody of this Client waits anywhere (see queued)
-	}
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[h.kind.channel(h)]
-	if q == nil || len(q.waiters) == 0 {
-		return nil, false
-	}
-	if q.handoffs >= cohortLimit {
-		return nil, true
-	}
-	w = q.waiters[0]
-	if w.h == nil || w.reserved || w.granted || w.leaving || w.trying || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
-		return nil, false
-	}
-	if _, ok := w.h.kind.(handing); !ok {
-		return nil, false
-	}
-	w.reserved = true
-	q.handoffs++
-	return w, false
-}
-
-// handedOver completes a handover to w reserved by reserveHandover: when it
-// succeeded, or is on its way (p, see handOverAhead), w is woken holding the
-// lock (at: when w's lease began; tok and top: the token it gave w and the
-// last one reserved); otherwise w tries to acquire at once.
-func (c *lines) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token, p *inflightHandover) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	w.reserved = false
-	if p != nil {
-		w.h.inflight.Store(p)
-	}
-	if ok {
-		w.granted, w.grantAt, w.grantTok, w.grantTop = true, at, tok, top
-	} else {
-		w.tryNow = w.head
-	}
-	signal(w)
-}
-
-// withdraw takes w out of the handovers as it gives up: it waits for a
-// handover under way to w to finish and reports whether the lock was handed
-// to w (when and with which token).
-func (c *lines) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
-	c.qmu.Lock()
-	w.leaving = true
-	for w.reserved {
-		c.qmu.Unlock()
-		<-w.notify
-		c.qmu.Lock()
-	}
-	defer c.qmu.Unlock()
-	return w.grantAt, w.grantTok, w.grantTop, w.granted
-}

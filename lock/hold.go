@@ -154,7 +154,7 @@ func (h *hold) renewalLost(why string) {
 // background (releaseLater) is the owner's again: it is held, the retry
 // stops at its next turn, and unless its lease is fixed the watchdog renews
 // it again, from the lease the re-entry set. Every re-entry of a held hold
-// goes through it: a lock's own (Client.reenter) and a compound lock's of a
+// goes through it: a lock's own (engine.reenter) and a compound lock's of a
 // hold its context carries (MultiLock, RedLock). The caller holds h's
 // semaphore.
 func (h *hold) reentered(start time.Time) {

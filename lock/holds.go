@@ -10,7 +10,7 @@ import (
 // in use by an operation, which are held, which were lost. It owns the
 // fields of every hold that change outside the hold's semaphore (refs,
 // pinned, lost, stopLife, expiry); h.sem serialises the operations on one
-// hold, the watchdog owns its renewals and the wait queues (Client.qmu) its
+// hold, the watchdog owns its renewals and the wait queues (lines.qmu) its
 // waiters.
 //
 // A hold is registered while an operation uses it (ref … unref) or while it

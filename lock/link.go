@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,4 +83,59 @@ func (c *link) stopBackground() {
 // bounded by d and cancelled when the Client closes.
 func (c *link) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.life, d)
+}
+
+// usable returns the error every operation of the link's Client starts
+// with, if any: bad input to New, or Close called.
+func (c *link) usable() error {
+	if c.err != nil {
+		return c.err
+	}
+	if c.closed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// lockOptions applies opts over the Client's defaults.
+func (c *link) lockOptions(opts []LockOption) lockOptions {
+	if len(opts) == 0 { // the options' pointer below puts o on the heap
+		return lockOptions{ack: c.opts.ack}
+	}
+	o := lockOptions{ack: c.opts.ack}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// conn returns a connection of its own to the master that holds key, so that
+// WAIT counts the replicas that confirmed this connection's last write.
+func (c *link) conn(ctx context.Context, key string) (*redis.Conn, error) {
+	switch r := c.rdb.(type) {
+	case *redis.Client:
+		return r.Conn(), nil
+	case *redis.ClusterClient:
+		node, err := r.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return node.Conn(), nil
+	}
+	return nil, fmt.Errorf("%w: replica acknowledgement needs a *redis.Client or *redis.ClusterClient", ErrInvalid)
+}
+
+// confirmReplicas waits until ack.replicas replicas have confirmed the writes
+// made on conn, for at most ack.timeout.
+func (c *link) confirmReplicas(ctx context.Context, conn *redis.Conn, ack replicaAck) error {
+	n, err := conn.Wait(ctx, ack.replicas, ack.timeout).Result()
+	if err != nil {
+		return fmt.Errorf("waiting for %d replicas: %w", ack.replicas, err)
+	}
+	if int(n) < ack.replicas {
+		return fmt.Errorf("%w: %d of %d replicas confirmed within %v", ErrNotReplicated, n, ack.replicas, ack.timeout)
+	}
+	return nil
 }

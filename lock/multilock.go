@@ -50,7 +50,7 @@ type MultiLock struct {
 
 // multiKey is the context key of a MultiLock's hold.
 type multiKey struct {
-	c  *Client
+	c  *engine
 	id string
 }
 
@@ -61,9 +61,9 @@ type multiHold struct {
 	done map[string]bool // locks an Unlock in progress has released already (it failed on others)
 }
 
-// MultiLock returns the lock over all the names. It does no I/O; no names or
-// an invalid name is reported by the first operation (ErrInvalid).
-func (c *Client) MultiLock(names ...string) *MultiLock {
+// newMultiLock returns the MultiLock of the engine c (nil: of a nil Client): see
+// Client.MultiLock.
+func newMultiLock(c *engine, names ...string) *MultiLock {
 	ml := &MultiLock{handle: handle{c: c, name: strings.Join(names, ", ")}}
 	switch {
 	case c == nil:
@@ -393,7 +393,7 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 			return true, 0, fencing.Token(vals[1]), nil
 		case 0:
 			if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
-				return false, retryAfter(c, vals[1]), 0, &switchTo{g[vals[2]-1].unlockCh}
+				return false, retryAfter(c.link, vals[1]), 0, &switchTo{g[vals[2]-1].unlockCh}
 			}
 		case -1:
 			if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
@@ -423,7 +423,7 @@ func holdsByKey(g []*Mutex, gh []*hold) map[string]*hold {
 // waitGroup runs try until it takes the group g, waiting on the unlock
 // channel of whichever lock of g blocks it, first on channel. lease is how
 // long the locks it takes last unless renewed.
-func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, channel string, wait time.Duration, deadline time.Time, lease time.Duration, try attempt) error {
+func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, channel string, wait time.Duration, deadline time.Time, lease time.Duration, try tryFunc) error {
 	c := ml.c
 	run := func(ctx context.Context) (bool, time.Duration, error) {
 		ok, retry, err := try(ctx)

@@ -187,17 +187,3 @@ func WithLease(d time.Duration) LockOption {
 		o.lease = d
 	}
 }
-
-// lockOptions applies opts over the Client's defaults.
-func (c *link) lockOptions(opts []LockOption) lockOptions {
-	if len(opts) == 0 { // the options' pointer below puts o on the heap
-		return lockOptions{ack: c.opts.ack}
-	}
-	o := lockOptions{ack: c.opts.ack}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
-	return o
-}

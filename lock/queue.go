@@ -1,49 +1,15 @@
 package lock
 
+// The waiting lines at work: joining and leaving a queue, the wake-ups an
+// unlock message brings, the relays between Clients, and the lines' side of
+// a handover (reserveHandover, handedOver, withdraw). Every method here
+// belongs to lines and takes its qmu.
+
 import (
 	"time"
+
+	"github.com/seckillguard/seckillguard/fencing"
 )
-
-// A waitQueue lines up the goroutines of one Client that wait for one lock,
-// in arrival order. Only its head tries to acquire; an unlock message wakes
-// the head alone, so a release costs one attempt per Client rather than one
-// per waiting goroutine, and a goroutine that just unlocked cannot overtake
-// the ones already waiting.
-type waitQueue struct {
-	name    string // its key in Client.queues: the channel, and the lane if any (see laned)
-	channel string
-	waiters []*waiter
-	sub     *chanSub // the unlock channel's subscription, taken by the first head that needs it
-
-	handoffs int       // locks handed from holder to head in a row, without freeing (see cohortLimit)
-	yield    time.Time // until then the head lets other Clients take the lock (see yieldDelay, turnStagger)
-	others   int64     // other subscribers of the channel when this Client's last turn ended
-	heard    int64     // unlock messages that ended other Clients' turns since then
-	asked    time.Time // when others was counted (see othersListening)
-
-	line lineWake // a FairMutex waiter's queue only: see lineWake
-}
-
-// A lineWake lets the first waiter in a FairMutex's line, whose queue here
-// is its own channel's, be woken by the unlock messages of a Mutex of the
-// same name too: a Mutex and a FairMutex of one name exclude each other,
-// and a Mutex's release (release.lua) publishes on its own channel only.
-// The waiter listens on that channel (relayed to its queue) all along, but
-// only the first in line acts on it, or a Mutex's unlock would wake every
-// waiter in the line; it is first when its last attempt said so, or when a
-// message came on its own channel since (those go to the first in line
-// only: see fairlib.lua and fair_leave.lua).
-type lineWake struct {
-	also   string   // the Mutex's unlock channel; "" for the queues of other kinds
-	sub    *chanSub // its subscription, taken by the first turn
-	behind bool     // the last attempt found others ahead, and no message on the own channel came since
-	own    uint64   // messages heard on the own channel
-	plain  uint64   // messages heard on also
-}
-
-// A lineMark is what a queue of a FairMutex waiter had heard when an attempt
-// was sent (see lineMarkOf).
-type lineMark struct{ own, plain uint64 }
 
 // lineMarkOf returns what the queue name has heard so far.
 func (c *lines) lineMarkOf(name string) lineMark {
@@ -84,40 +50,6 @@ func (c *lines) heardOwn(channel string) {
 		q.line.own++
 		q.line.behind = false
 	}
-}
-
-// A laned kind lines its waiters up in a queue of their own, apart from the
-// other waiters of the same channel; every message on the channel wakes the
-// head of each lane. Its waiters enlist: a failed attempt takes the owner's
-// place in a wait line in Redis, so a waiter tries at once when it becomes
-// head, to take that place while the waiter before it holds the lock.
-type laned interface {
-	kind
-	lane() string
-}
-
-// writersLane is the lane of an RWMutex's writers (writeKind). They wait on
-// the channel of its readers but not behind them: only a queue's head tries,
-// and a writer must be in the writers' line in Redis from the moment it
-// waits, or the readers that arrive after it (in other Clients) keep it out.
-const writersLane = "\x00writers"
-
-// lanes are the suffixes of the queue names of a channel: "" for the kinds
-// without a lane.
-var lanes = [...]string{"", writersLane}
-
-// A waiter is one goroutine in a waitQueue.
-type waiter struct {
-	notify chan struct{} // capacity 1: "look at your state again"
-	shared bool          // waits for a lock several owners may hold at once
-	enlist bool          // its attempts take a place in a wait line in Redis (see laned)
-
-	// Guarded by Client.qmu.
-	head   bool
-	tryNow bool          // try to acquire without waiting
-	bound  time.Duration // when it became head without tryNow: try after at most this long; <0 = unset
-
-	grant // its side of the handovers (see handover.go)
 }
 
 // queued reports whether goroutines of this Client wait in the queue name.
@@ -281,15 +213,6 @@ func (c *lines) learnLease(channel string, d time.Duration) {
 	}
 }
 
-// A relay forwards the unlock messages of one of this Client's channels to
-// the queue of a channel of another Client: a RedLock waits in the queue of
-// its first node and is woken by an unlock on any node.
-type relay struct {
-	to      *lines
-	channel string
-	line    bool // to a FairMutex waiter's queue, from its Mutex's channel: see lineWake
-}
-
 // addRelay forwards the messages of channel to r until removeRelay.
 func (c *lines) addRelay(channel string, r relay) {
 	c.qmu.Lock()
@@ -320,4 +243,97 @@ func signal(w *waiter) {
 	case w.notify <- struct{}{}:
 	default:
 	}
+}
+
+// resubscribe drops the subscription cs of channel's queues (see laned)
+// that still use it, and wakes their head waiters, which subscribe anew when
+// they have to wait.
+func (c *lines) resubscribe(channel string, cs *chanSub) {
+	c.qmu.Lock()
+	drops := 0
+	for _, lane := range lanes {
+		q := c.queues[channel+lane]
+		if q == nil || q.sub != cs {
+			continue
+		}
+		q.sub = nil
+		drops++
+		if len(q.waiters) > 0 {
+			h := q.waiters[0]
+			h.tryNow = true
+			signal(h)
+		}
+	}
+	c.qmu.Unlock()
+	for ; drops > 0; drops-- {
+		c.subs.release(cs)
+	}
+}
+
+// reserveHandover picks the waiter of this Client that h's lock can be handed
+// to at its final release: the head of its queue, waiting for the same lock
+// through a kind that can hand over. The caller then completes the handover
+// with handedOver. After cohortLimit handovers in a row there is none, and
+// turn reports that the Client's turn is over: the caller frees the lock
+// and calls endTurn.
+func (c *lines) reserveHandover(h *hold) (w *waiter, turn bool) {
+	if _, ok := h.kind.(handing); !ok {
+		return nil, false
+	}
+	if c.nqueue.Load() == 0 {
+		return nil, false // nobody of this Client waits anywhere (see queued)
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[h.kind.channel(h)]
+	if q == nil || len(q.waiters) == 0 {
+		return nil, false
+	}
+	if q.handoffs >= cohortLimit {
+		return nil, true
+	}
+	w = q.waiters[0]
+	if w.h == nil || w.reserved || w.granted || w.leaving || w.trying || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
+		return nil, false
+	}
+	if _, ok := w.h.kind.(handing); !ok {
+		return nil, false
+	}
+	w.reserved = true
+	q.handoffs++
+	return w, false
+}
+
+// handedOver completes a handover to w reserved by reserveHandover: when it
+// succeeded, or is on its way (p, see handOverAhead), w is woken holding the
+// lock (at: when w's lease began; tok and top: the token it gave w and the
+// last one reserved); otherwise w tries to acquire at once.
+func (c *lines) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token, p *inflightHandover) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	w.reserved = false
+	if p != nil {
+		w.h.inflight.Store(p)
+	}
+	if ok {
+		w.granted, w.grantAt, w.grantTok, w.grantTop = true, at, tok, top
+	} else {
+		w.tryNow = w.head
+	}
+	signal(w)
+}
+
+// withdraw takes w out of the handovers as it gives up: it waits for a
+// handover under way to w to finish and reports whether the lock was handed
+// to w (when and with which token).
+func (c *lines) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
+	c.qmu.Lock()
+	w.leaving = true
+	for w.reserved {
+		c.qmu.Unlock()
+		<-w.notify
+		c.qmu.Lock()
+	}
+	defer c.qmu.Unlock()
+	return w.grantAt, w.grantTok, w.grantTop, w.granted
 }

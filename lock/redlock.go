@@ -98,7 +98,7 @@ func NewRedLock(name string, clients ...*Client) *RedLock {
 			return r
 		}
 		seen[c] = true
-		m := newMutex(c, name)
+		m := newMutex(c.part(), name)
 		if m.checkErr != nil {
 			r.checkErr = m.checkErr
 			return r

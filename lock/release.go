@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The single-key release path: Client.unlock releases one level of the
+// The single-key release path: engine.unlock releases one level of the
 // hold the context carries (releaseLevel), hands the last one over when a
 // waiter of the Client can take it (handover.go), records the outcome
 // (settle) and retries a failed final release in the background

@@ -1,11 +1,8 @@
 package lock
 
 import (
-	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A replicaAck asks each first acquisition to be confirmed by replicas.
@@ -61,33 +58,4 @@ func WithReplicas(replicas int, timeout time.Duration) LockOption {
 		}
 		o.ack = ack
 	}
-}
-
-// conn returns a connection of its own to the master that holds key, so that
-// WAIT counts the replicas that confirmed this connection's last write.
-func (c *link) conn(ctx context.Context, key string) (*redis.Conn, error) {
-	switch r := c.rdb.(type) {
-	case *redis.Client:
-		return r.Conn(), nil
-	case *redis.ClusterClient:
-		node, err := r.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return node.Conn(), nil
-	}
-	return nil, fmt.Errorf("%w: replica acknowledgement needs a *redis.Client or *redis.ClusterClient", ErrInvalid)
-}
-
-// confirmReplicas waits until ack.replicas replicas have confirmed the writes
-// made on conn, for at most ack.timeout.
-func (c *link) confirmReplicas(ctx context.Context, conn *redis.Conn, ack replicaAck) error {
-	n, err := conn.Wait(ctx, ack.replicas, ack.timeout).Result()
-	if err != nil {
-		return fmt.Errorf("waiting for %d replicas: %w", ack.replicas, err)
-	}
-	if int(n) < ack.replicas {
-		return fmt.Errorf("%w: %d of %d replicas confirmed within %v", ErrNotReplicated, n, ack.replicas, ack.timeout)
-	}
-	return nil
 }

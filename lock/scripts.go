@@ -83,7 +83,7 @@ var (
 )
 
 // A processor sends commands: a Client's go-redis client, or a connection of
-// its own (replica acknowledgement: see Client.conn).
+// its own (replica acknowledgement: see link.conn).
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }

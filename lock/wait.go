@@ -8,10 +8,10 @@ import (
 	"github.com/seckillguard/seckillguard/ctxend"
 )
 
-// An attempt tries to acquire once. It reports whether it acquired, and if
+// A tryFunc tries to acquire once. It reports whether it acquired, and if
 // not, how long the current holder's lease has left (the longest the caller
 // should wait for an unlock message before trying again).
-type attempt func(ctx context.Context) (ok bool, retry time.Duration, err error)
+type tryFunc func(ctx context.Context) (ok bool, retry time.Duration, err error)
 
 // A waitSpec describes one wait for a lock.
 type waitSpec struct {
@@ -22,7 +22,7 @@ type waitSpec struct {
 	shared  bool          // several owners may hold the lock: after one waiter got it, the next shared one tries at once
 	// try makes one attempt; when nil, it is an attempt of h (c.attempt,
 	// the time it was sent kept in h.start).
-	try attempt
+	try tryFunc
 
 	// subscribe, when set, replaces subscribing channel on this Client: it
 	// is called before each attempt of the queue's head and must make sure

@@ -9,7 +9,7 @@ type engine struct {
 	*link
 	*lines
 	holds holdTable // every hold of the Client, by id
-	dog   *watchdog
+	dog   *watchdogLoop
 }
 
 // newEngine returns the engine of the Client behind l.

@@ -92,21 +92,6 @@ type Event struct {
 // hook for metrics and tracing (package guard has a Prometheus one).
 type Observer func(Event)
 
-// WithObserver adds o to the Client's Observers: each is told of every
-// Event, in the order their options were given (a Guard's metrics and a
-// tracer, say). A nil o adds nothing. Default: none.
-func WithObserver(o Observer) Option {
-	return func(opts *clientOptions) {
-		switch prev := opts.observer; {
-		case o == nil:
-		case prev == nil:
-			opts.observer = o
-		default:
-			opts.observer = func(e Event) { prev(e); o(e) }
-		}
-	}
-}
-
 // A Kind names the layout a lock name has in Redis.
 type Kind string
 

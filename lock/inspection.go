@@ -85,3 +85,14 @@ type Channel struct {
 	Name        string
 	Subscribers int64
 }
+
+// A Kind names the layout a lock name has in Redis.
+type Kind string
+
+// The layouts Inspect recognises.
+const (
+	KindNone      Kind = ""          // no lock key: free
+	KindMutex     Kind = "mutex"     // Redisson's RLock hash: Mutex, FairMutex, MultiLock member, RedLock node
+	KindRWMutex   Kind = "rwmutex"   // Redisson's RReadWriteLock hash (a "mode" field)
+	KindSemaphore Kind = "semaphore" // a sorted set of permit holders
+)

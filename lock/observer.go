@@ -91,14 +91,3 @@ type Event struct {
 // the Client. The lock package itself records nothing: an Observer is the
 // hook for metrics and tracing (package guard has a Prometheus one).
 type Observer func(Event)
-
-// A Kind names the layout a lock name has in Redis.
-type Kind string
-
-// The layouts Inspect recognises.
-const (
-	KindNone      Kind = ""          // no lock key: free
-	KindMutex     Kind = "mutex"     // Redisson's RLock hash: Mutex, FairMutex, MultiLock member, RedLock node
-	KindRWMutex   Kind = "rwmutex"   // Redisson's RReadWriteLock hash (a "mode" field)
-	KindSemaphore Kind = "semaphore" // a sorted set of permit holders
-)

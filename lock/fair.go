@@ -8,14 +8,6 @@ import (
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
-// Redisson's names for a fair lock's wait line, and the key of ours beside
-// it (see fairlib.lua).
-const (
-	queuePrefix   = "redisson_lock_queue"
-	timeoutPrefix = "redisson_lock_timeout"
-	alivePrefix   = "seckillguard_fair_alive" // our waiters' liveness; Redisson never reads it
-)
-
 // foreignLook is how long a waiter that finds the lock free with a foreign
 // waiter first in line waits before it looks again: a live one takes the lock
 // within a round trip, so one still first then is taken to be stuck, which

@@ -10,8 +10,9 @@ import (
 )
 
 // The waiting lines: a Client's goroutines that wait for a lock stand in a
-// waitQueue per lock (queue.go), take turns with other Clients (turns.go)
-// and are handed the lock by a releaser of the same Client (handover.go).
+// waitQueue per lock (queue.go, their own state: waiter.go), take turns
+// with other Clients (turns.go) and are handed the lock by a releaser of
+// the same Client (handover.go).
 
 // lines owns a Client's wait queues: the queues by unlock channel, the
 // relays that forward other Clients' unlock messages to them, and the

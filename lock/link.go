@@ -13,9 +13,9 @@ import (
 // A link is what every part of a Client's engine works through: its go-redis
 // client, its options and script arguments, the owner ids it hands out and
 // the life of its background goroutines. The Client makes one in New; the
-// hold table's holds, the watchdog, the subscriber, the waiting lines and
-// the engine receive it rather than the Client, so nothing below the Client
-// reaches back up to it.
+// watchdog, the subscriber and the waiting lines receive it rather than the
+// Client, and the engine is built on it, so nothing below the Client reaches
+// back up to it.
 type link struct {
 	rdb      redis.UniversalClient
 	id       string // Redisson's connection manager id: the first half of every owner field

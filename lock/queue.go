@@ -1,14 +1,13 @@
 package lock
 
 // The waiting lines at work: joining and leaving a queue, the wake-ups an
-// unlock message brings, the relays between Clients, and the lines' side of
-// a handover (reserveHandover, handedOver, withdraw). Every method here
-// belongs to lines and takes its qmu.
+// unlock message brings, the relays between Clients, and the subscriptions
+// of a queue's channels. Every method here belongs to lines and takes its
+// qmu (a waiter's own state and the handover to it: waiter.go).
 
 import (
+	"context"
 	"time"
-
-	"github.com/seckillguard/seckillguard/fencing"
 )
 
 // lineMarkOf returns what the queue name has heard so far.
@@ -270,70 +269,97 @@ func (c *lines) resubscribe(channel string, cs *chanSub) {
 	}
 }
 
-// reserveHandover picks the waiter of this Client that h's lock can be handed
-// to at its final release: the head of its queue, waiting for the same lock
-// through a kind that can hand over. The caller then completes the handover
-// with handedOver. After cohortLimit handovers in a row there is none, and
-// turn reports that the Client's turn is over: the caller frees the lock
-// and calls endTurn.
-func (c *lines) reserveHandover(h *hold) (w *waiter, turn bool) {
-	if _, ok := h.kind.(handing); !ok {
-		return nil, false
-	}
-	if c.nqueue.Load() == 0 {
-		return nil, false // nobody of this Client waits anywhere (see queued)
-	}
+// alsoWokenBy makes the waiter of q, a FairMutex waiter's queue, be woken
+// by the messages of the channel also too (see lineWake).
+func (c *lines) alsoWokenBy(q *waitQueue, also string) {
 	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[h.kind.channel(h)]
-	if q == nil || len(q.waiters) == 0 {
-		return nil, false
-	}
-	if q.handoffs >= cohortLimit {
-		return nil, true
-	}
-	w = q.waiters[0]
-	if w.h == nil || w.reserved || w.granted || w.leaving || w.trying || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
-		return nil, false
-	}
-	if _, ok := w.h.kind.(handing); !ok {
-		return nil, false
-	}
-	w.reserved = true
-	q.handoffs++
-	return w, false
+	q.line.also = also
+	c.qmu.Unlock()
 }
 
-// handedOver completes a handover to w reserved by reserveHandover: when it
-// succeeded, or is on its way (p, see handOverAhead), w is woken holding the
-// lock (at: when w's lease began; tok and top: the token it gave w and the
-// last one reserved); otherwise w tries to acquire at once.
-func (c *lines) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token, p *inflightHandover) {
+// queueSub returns the subscription of q's unlock channel, taking it first
+// if q has none (a RedLock's wait: see redWait.subscribe).
+func (c *lines) queueSub(q *waitQueue) *chanSub {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	w.reserved = false
-	if p != nil {
-		w.h.inflight.Store(p)
+	if q.sub == nil {
+		q.sub = c.subs.acquire(q.channel)
 	}
-	if ok {
-		w.granted, w.grantAt, w.grantTok, w.grantTop = true, at, tok, top
-	} else {
-		w.tryNow = w.head
-	}
-	signal(w)
+	return q.sub
 }
 
-// withdraw takes w out of the handovers as it gives up: it waits for a
-// handover under way to w to finish and reports whether the lock was handed
-// to w (when and with which token).
-func (c *lines) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
+// dropFailedSub takes the subscription of q's unlock channel from q when it
+// failed, so that the next head subscribes anew, and returns it for the
+// caller to release; nil when there is none to drop.
+func (c *lines) dropFailedSub(q *waitQueue) *chanSub {
 	c.qmu.Lock()
-	w.leaving = true
-	for w.reserved {
-		c.qmu.Unlock()
-		<-w.notify
-		c.qmu.Lock()
-	}
 	defer c.qmu.Unlock()
-	return w.grantAt, w.grantTok, w.grantTop, w.granted
+	if s := q.sub; s != nil && isDone(s.ready) && s.err != nil {
+		q.sub = nil
+		return s
+	}
+	return nil
+}
+
+// awaitSubscription makes sure q's unlock channel is subscribed and confirmed,
+// and the channel its waiter is also woken by if any (see lineWake).
+// A subscription that failed is dropped, so that the next head subscribes anew.
+func (c *lines) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
+	if err := c.awaitChannel(ctx, name, q, &q.sub, q.channel, deadline); err != nil || q.line.also == "" {
+		return err
+	}
+	return c.awaitChannel(ctx, name, q, &q.line.sub, q.line.also, deadline)
+}
+
+// awaitChannel makes sure channel is subscribed and confirmed for q, its
+// subscription kept in *sub (guarded by qmu). The subscription of a
+// lineWake's channel is relayed to q.
+func (c *lines) awaitChannel(ctx context.Context, name string, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
+	c.qmu.Lock()
+	relayed := false
+	if *slot == nil {
+		*slot = c.subs.acquire(channel)
+		relayed = slot == &q.line.sub
+	}
+	sub := *slot
+	c.qmu.Unlock()
+	if relayed {
+		c.addRelay(channel, relay{to: c, channel: q.name, line: true})
+	}
+	select {
+	case <-sub.ready:
+	case <-deadline:
+		return notAcquired(ctx, name)
+	case <-ctx.Done():
+		return ctxErr(name, ctx)
+	case <-c.done:
+		return wrap(name, ErrClosed)
+	}
+	err := sub.err
+	if err == nil {
+		return nil
+	}
+	c.qmu.Lock()
+	drop := *slot == sub
+	if drop {
+		*slot = nil
+	}
+	c.qmu.Unlock()
+	if drop {
+		if slot == &q.line.sub {
+			c.removeRelay(channel, relay{to: c, channel: q.name, line: true})
+		}
+		c.subs.release(sub)
+	}
+	return wrap(name, noted("subscribe to unlock messages", unavailable(err)))
+}
+
+// isDone reports whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -25,12 +25,7 @@ func (w *redWait) subscribe(ctx context.Context, q *waitQueue, deadline <-chan t
 		w.subs = make([]*chanSub, len(r.clients))
 		w.relayed = make([]bool, len(r.clients))
 	}
-	c0.qmu.Lock()
-	if q.sub == nil {
-		q.sub = c0.subs.acquire(q.channel)
-	}
-	all := []*chanSub{q.sub}
-	c0.qmu.Unlock()
+	all := []*chanSub{c0.queueSub(q)}
 	for i, c := range r.clients {
 		if i == w.home {
 			continue
@@ -60,13 +55,7 @@ wait:
 		}
 	}
 	// Drop failed subscriptions, so that the next attempt subscribes anew.
-	c0.qmu.Lock()
-	var drop *chanSub
-	if s := q.sub; s != nil && isDone(s.ready) && s.err != nil {
-		drop, q.sub = s, nil
-	}
-	c0.qmu.Unlock()
-	if drop != nil {
+	if drop := c0.dropFailedSub(q); drop != nil {
 		c0.subs.release(drop)
 	}
 	for i := range r.clients {
@@ -92,15 +81,5 @@ func (w *redWait) close() {
 		if w.relayed[i] {
 			c.removeRelay(w.r.nodes[i].unlockCh, home)
 		}
-	}
-}
-
-// isDone reports whether ch is closed.
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }

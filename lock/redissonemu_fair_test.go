@@ -311,7 +311,8 @@ func TestRedissonEmu_ADeadWaiterOfOursIsGivenUpAtItsLivenessDeadline(t *testing.
 	now := time.Now().UnixMilli()
 	srv.Do("RPUSH", redissonemu.Prefixed("redisson_lock_queue", name), "ghost:1")
 	srv.Do("ZADD", redissonemu.Prefixed("redisson_lock_timeout", name), now+30000+300000, "ghost:1")
-	srv.Do("HSET", redissonemu.Prefixed("seckillguard_fair_alive", name), "ghost:1", strconv.FormatInt(now+400, 10)+":300000")
+	srv.Do("ZADD", redissonemu.Prefixed("seckillguard_fair_alive", name), now+400, "ghost:1")
+	srv.Do("HSET", redissonemu.Prefixed("seckillguard_fair_wait", name), "ghost:1", 300000)
 	var o orderLog
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -351,7 +352,8 @@ func TestRedissonEmu_ADeadWaiterOfOursIsGivenUpAtItsLivenessDeadline(t *testing.
 	if got := strings.Join(o.get(), " "); got != "java go" {
 		t.Fatalf("taken in the order %s, want java go", got)
 	}
-	if n := srv.Do("EXISTS", redissonemu.Prefixed("redisson_lock_queue", name), redissonemu.Prefixed("seckillguard_fair_alive", name)); n != int64(0) {
+	if n := srv.Do("EXISTS", redissonemu.Prefixed("redisson_lock_queue", name), redissonemu.Prefixed("seckillguard_fair_alive", name),
+		redissonemu.Prefixed("seckillguard_fair_wait", name)); n != int64(0) {
 		t.Fatalf("%v line keys left behind", n)
 	}
 }

@@ -14,6 +14,7 @@ const (
 	queuePrefix   = "redisson_lock_queue"
 	timeoutPrefix = "redisson_lock_timeout"
 	alivePrefix   = "seckillguard_fair_alive" // our waiters' liveness; Redisson never reads it
+	waitPrefix    = "seckillguard_fair_wait"  // our waiters' waits; likewise
 )
 
 // foreignLook is how long a waiter that finds the lock free with a foreign
@@ -71,9 +72,9 @@ const foreignLook = time.Second
 // A FairMutex does no I/O until used and may be copied freely.
 type FairMutex struct {
 	m         *Mutex
-	keys      []string // lock, queue, deadlines, channel prefix, liveness, token counter
-	leaveKeys []string // lock, queue, deadlines, channel prefix, liveness
-	aliveKeys []string // liveness, deadlines: the watchdog's fair_alive.lua
+	keys      []string // lock, queue, deadlines, channel prefix, liveness, waits, token counter
+	leaveKeys []string // lock, queue, deadlines, channel prefix, liveness, waits
+	aliveKeys []string // liveness, waits, deadlines: the watchdog's fair_alive.lua
 }
 
 // FairMutex returns the fair lock called name. It does no I/O; an invalid
@@ -82,8 +83,9 @@ func (c *Client) FairMutex(name string) *FairMutex {
 	f := &FairMutex{m: newMutex(c, name)}
 	if f.m.checkErr == nil {
 		k := f.m.key
-		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh, derived(alivePrefix, k)}
-		f.aliveKeys = []string{f.leaveKeys[4], f.leaveKeys[2]}
+		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh,
+			derived(alivePrefix, k), derived(waitPrefix, k)}
+		f.aliveKeys = []string{f.leaveKeys[4], f.leaveKeys[5], f.leaveKeys[2]}
 		f.keys = append(append([]string{}, f.leaveKeys...), f.m.keys[1])
 	}
 	return f

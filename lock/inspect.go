@@ -234,8 +234,8 @@ func (d inspectReply) permitOwners(in *Inspection, entries []any) {
 }
 
 // line reads a FairMutex's line: its waiters in order, their Redisson
-// deadlines, and the liveness this package's waiters keep
-// ("<deadline>:<wait>"); a waiter without one is another client's.
+// deadlines, and the liveness deadlines this package's waiters keep; a
+// waiter without one is another client's.
 func (d inspectReply) line(waiters, deadlines, alive []any) []Waiter {
 	var out []Waiter
 	for i, w := range waiters {
@@ -245,11 +245,7 @@ func (d inspectReply) line(waiters, deadlines, alive []any) []Waiter {
 		}
 		wt.Expires, wt.Foreign = wt.Deadline, true
 		if i < len(alive) && alive[i] != nil {
-			if at, _, ok := strings.Cut(replyStr(alive[i]), ":"); ok {
-				if v, err := strconv.ParseInt(at, 10, 64); err == nil {
-					wt.Expires, wt.Foreign = d.left(v), false
-				}
-			}
+			wt.Expires, wt.Foreign = d.left(replyNum(alive[i])), false
 		}
 		out = append(out, wt)
 	}
@@ -343,7 +339,7 @@ func (c *Client) countSubscribers(ctx context.Context, in *Inspection) error {
 // derivedPrefixes are the prefixes of the keys derived from lock names,
 // which Scan does not report as locks.
 var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":",
-	alivePrefix + ":"}
+	alivePrefix + ":", waitPrefix + ":"}
 
 // Scan returns the names of the locks whose keys match the glob pattern
 // (namespace applied; the names are returned without it), at most limit of

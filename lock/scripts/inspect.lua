@@ -8,8 +8,8 @@
 -- KEYS[4]  its deadlines "redisson_lock_timeout:{<name>}"
 -- KEYS[5]  an RWMutex's read leases "seckillguard_rwlock_readers:{<name>}"
 -- KEYS[6]  its waiting writers "seckillguard_rwlock_writers:{<name>}"
--- KEYS[7]  the liveness of the FairMutex's waiters of this package
---          "seckillguard_fair_alive:{<name>}" (see fairlib.lua)
+-- KEYS[7]  the liveness deadlines of the FairMutex's waiters of this
+--          package "seckillguard_fair_alive:{<name>}" (see fairlib.lua)
 -- ARGV[1]  the most entries to read from each line or set
 --
 -- Returns {type, pttl, entries, token, token pttl, line, line length,
@@ -22,7 +22,7 @@
 --   line      the first ARGV[1] waiters of the fair line, in order, and
 --             beside it each one's Redisson deadline (ms of the waiter's
 --             client's clock, false when none) and, in line liveness, its
---             liveness entry ("<server ms>:<wait>", false for a foreign waiter)
+--             liveness deadline (server ms, false for a foreign waiter)
 --   read leases, writers   WITHSCORES, at most ARGV[1] members each
 local limit = tonumber(ARGV[1])
 local typ = redis.call('type', KEYS[1])['ok']
@@ -36,7 +36,7 @@ local line = redis.call('lrange', KEYS[3], 0, limit - 1)
 local deadlines, alive = {}, {}
 for i, w in ipairs(line) do
   deadlines[i] = redis.call('zscore', KEYS[4], w) or false
-  alive[i] = redis.call('hget', KEYS[7], w) or false
+  alive[i] = redis.call('zscore', KEYS[7], w) or false
 end
 return {
   typ,

@@ -118,6 +118,7 @@ type hold struct {
 	// Parts of ctx and of its cause kept in the hold, so that an
 	// acquisition allocates them with the hold: each is set once.
 	carrier  holdContext
+	detached detachedContext // the carrier's context without its cancellation (see detach)
 	released nameError
 
 	// Guarded by the Client's holdTable.
@@ -270,7 +271,9 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 	if h.fixed {
 		h.expireAt(start.Add(h.lease))
 	}
-	if h.carrier.h == nil {
+	first := h.carrier.h == nil
+	inner := hctx
+	if first {
 		h.carrier = holdContext{hctx, h}
 		hctx = &h.carrier
 	} else {
@@ -280,6 +283,45 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 		hctx = fencing.WithToken(hctx, h.token)
 	}
 	h.ctx = hctx
+	if first {
+		h.detached = detachedContext{hctx, inner}
+	}
+}
+
+// A detachedContext is a hold's context without its cancellation, as
+// context.WithoutCancel makes it: the context a release is sent with, which
+// must run whatever happened to the context it was called with. A hold
+// keeps the one of its first context (see detach).
+type detachedContext struct {
+	context.Context                 // the hold's context
+	inner           context.Context // its cancellation, which it hides
+}
+
+func (d *detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (d *detachedContext) Done() <-chan struct{}       { return nil }
+func (d *detachedContext) Err() error                  { return nil }
+
+// Value is the hold context's, but for the key under which the context
+// package finds a context's cancellation, the one key whose value is the
+// hold's inner context itself: context.Cause then answers nil, as for a
+// context of context.WithoutCancel.
+func (d *detachedContext) Value(key any) any {
+	if v := d.Context.Value(key); v != any(d.inner) {
+		return v
+	}
+	return nil
+}
+
+func (d *detachedContext) String() string { return contextName(d.Context) + ".WithoutCancel" }
+
+// detach returns ctx without its cancellation, as context.WithoutCancel
+// does, allocating nothing when ctx is h's first context, the one Lock
+// returned.
+func (h *hold) detach(ctx context.Context) context.Context {
+	if ctx == h.detached.Context && ctx != nil {
+		return &h.detached
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // A holdContext is a hold's context: the hold's cancellation, carrying the

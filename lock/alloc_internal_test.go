@@ -43,3 +43,83 @@ func TestHold_DetachedContextIsWithoutCancel(t *testing.T) {
 		t.Fatal("detach of another context")
 	}
 }
+
+// A hold's semaphore lets one operation in at a time, in the order they
+// came, and a waiter whose context ends gives up its place, without taking
+// the semaphore from the next one.
+func TestHold_SemaphoreOrderAndCancel(t *testing.T) {
+	var s holdSem
+	if err := s.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.acquire(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire with an ended context of a busy semaphore: %v", err)
+	}
+	gone, leave := context.WithCancel(context.Background())
+	got := make(chan int, 3)
+	started := make(chan struct{})
+	go func() { close(started); _ = s.acquire(gone); got <- 0 }()
+	<-started
+	for waitFor := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		n := len(s.waiters)
+		s.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(waitFor) {
+			t.Fatal("the first waiter never waited")
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		go func() {
+			for {
+				s.mu.Lock()
+				n := len(s.waiters)
+				s.mu.Unlock()
+				if n == i {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := s.acquire(context.Background()); err != nil {
+				t.Error(err)
+			}
+			got <- i
+			s.release()
+		}()
+		for waitFor := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			s.mu.Lock()
+			n := len(s.waiters)
+			s.mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			if time.Now().After(waitFor) {
+				t.Fatalf("waiter %d never waited", i)
+			}
+		}
+	}
+	leave()
+	if w := <-got; w != 0 {
+		t.Fatalf("waiter %d came first, want the one that gave up", w)
+	}
+	select {
+	case w := <-got:
+		t.Fatalf("waiter %d entered a busy semaphore", w)
+	case <-time.After(20 * time.Millisecond):
+	}
+	s.release()
+	if a, b := <-got, <-got; a != 1 || b != 2 {
+		t.Fatalf("waiters entered in order %d, %d; want 1, 2", a, b)
+	}
+	if err := s.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.release()
+	if s.busy || len(s.waiters) != 0 {
+		t.Fatalf("semaphore left busy %v with %d waiters", s.busy, len(s.waiters))
+	}
+}

@@ -81,7 +81,7 @@ type hold struct {
 
 	// sem serialises the acquisitions and releases of this hold, so that the
 	// hold count sent to Redis is always the one this process last saw.
-	sem chan struct{}
+	sem holdSem
 
 	// Guarded by sem.
 	kind   kind
@@ -92,6 +92,7 @@ type hold struct {
 	relet  time.Duration // the lease a re-entry of a fixed hold under way extends it to (WithLease), 0 when none
 	start  time.Time     // when the first acquisition, or the handover to this hold, was sent
 	ack    replicaAck    // replicas that must confirm the first acquisition
+	argv   [9]any        // the command of a Mutex's acquisition or release in Redis (see script.runIn)
 	// The flags side by side, in one word (a hold's size decides its
 	// allocation's: every first acquisition makes one).
 	fixed    bool // WithLease: no watchdog
@@ -222,12 +223,7 @@ func (h *hold) enter(ctx context.Context) error {
 	if err := h.landedOrLost(ctx); err != nil {
 		return err
 	}
-	select {
-	case h.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return h.sem.acquire(ctx)
 }
 
 // landed waits until the transfer that handed h the lock, if it was sent
@@ -257,7 +253,7 @@ func (h *hold) landedOrLost(ctx context.Context) error {
 }
 
 // leave releases h's semaphore.
-func (h *hold) leave() { <-h.sem }
+func (h *hold) leave() { h.sem.release() }
 
 // begin creates h's context at its first acquisition. It descends from ctx,
 // carries the hold (for re-entries) and the token (for kinds that issue

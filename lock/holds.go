@@ -30,7 +30,7 @@ func (t *holdTable) ref(c *Client, id holdID, hk any, name string) *hold {
 	defer t.mu.Unlock()
 	h := t.m[id]
 	if h == nil {
-		h = &hold{c: c, id: id, hk: hk, name: name, field: c.field(id.owner), sem: make(chan struct{}, 1)}
+		h = &hold{c: c, id: id, hk: hk, name: name, field: c.field(id.owner)}
 		if id.role == writer {
 			h.field += ":write"
 		}

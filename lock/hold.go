@@ -119,7 +119,8 @@ type hold struct {
 	// Parts of ctx and of its cause kept in the hold, so that an
 	// acquisition allocates them with the hold: each is set once.
 	carrier  holdContext
-	detached detachedContext // the carrier's context without its cancellation (see detach)
+	tokenCtx fencing.TokenContext // the carrier with the token, for kinds that issue one
+	detached detachedContext      // the carrier's context without its cancellation (see detach)
 	released nameError
 
 	// Guarded by the Client's holdTable.
@@ -276,7 +277,12 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 		hctx = &holdContext{hctx, h}
 	}
 	if h.kind.tokens() {
-		hctx = fencing.WithToken(hctx, h.token)
+		if first {
+			h.tokenCtx = fencing.TokenContext{Context: hctx, Token: h.token}
+			hctx = &h.tokenCtx
+		} else {
+			hctx = fencing.WithToken(hctx, h.token)
+		}
 	}
 	h.ctx = hctx
 	if first {

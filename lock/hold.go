@@ -374,7 +374,15 @@ func heldBy(ctx context.Context, hk any) *hold {
 	return h
 }
 
-// field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
-func (c *Client) field(owner int64) string {
-	return c.id + ":" + strconv.FormatInt(owner, 10)
+// field returns the lock-hash field of owner in role r:
+// "<clientUUID>:<ownerID>", and "<clientUUID>:<ownerID>:write" for a
+// writer. It is built in place and allocated once, as the string.
+func (c *Client) field(owner int64, r role) string {
+	var buf [80]byte
+	b := append(buf[:0], c.id...)
+	b = strconv.AppendInt(append(b, ':'), owner, 10)
+	if r == writer {
+		b = append(b, ":write"...)
+	}
+	return string(b)
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/seckillguard/seckillguard/fencing"
 )
@@ -76,8 +77,9 @@ type hold struct {
 	hk       any    // the context key that carries the hold (see heldKey)
 	name     string // as the caller wrote it, for errors
 	field    string // the owner's field or member in Redis
-	fieldArg []any  // {field}: field boxed once, for the script arguments of every call and the renewal's list
-	fieldBox [1]any // fieldArg's array: one allocation less per hold
+	fieldBox [1]any // {field}: field boxed once, for the script arguments of every call and the renewal's list
+	// field's bytes: written once, when the hold is made, and never again
+	fieldBytes [fieldSize]byte
 
 	// sem serialises the acquisitions and releases of this hold, so that the
 	// hold count sent to Redis is always the one this process last saw.
@@ -374,15 +376,21 @@ func heldBy(ctx context.Context, hk any) *hold {
 	return h
 }
 
+// fieldSize is the length of the longest field: a UUID, ':', an int64 and
+// ":write".
+const fieldSize = 36 + 1 + 19 + len(":write")
+
 // field returns the lock-hash field of owner in role r:
 // "<clientUUID>:<ownerID>", and "<clientUUID>:<ownerID>:write" for a
-// writer. It is built in place and allocated once, as the string.
-func (c *Client) field(owner int64, r role) string {
-	var buf [80]byte
+// writer. It writes it in buf, the hold's, and returns buf's bytes as the
+// string, without a copy: the caller never writes buf again, so the string
+// never changes (a field that did not fit, which a Client's UUID rules out,
+// is in an array of its own).
+func (c *Client) field(buf *[fieldSize]byte, owner int64, r role) string {
 	b := append(buf[:0], c.id...)
 	b = strconv.AppendInt(append(b, ':'), owner, 10)
 	if r == writer {
 		b = append(b, ":write"...)
 	}
-	return string(b)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

@@ -49,7 +49,7 @@ const (
 type RWMutex struct {
 	handle
 	key    string
-	keys   []string // hash, readers, writers, channel
+	keys   []string // hash, readers, writers, channel, timeout keys' start
 	wkeys  []string // keys + token counter
 	rk, wk any      // the context keys of its read and write holds (see heldKey)
 	read   readKind
@@ -81,7 +81,7 @@ func (c *Client) RWMutex(name string) *RWMutex {
 	if rw.checkErr = checkName(rw.key); rw.checkErr != nil {
 		return rw
 	}
-	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key)}
+	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key), timeoutBase(rw.key)}
 	rw.wkeys = append(append([]string{}, rw.keys...), derived(tokenPrefix, rw.key))
 	rw.rk, rw.wk = c.holdKey(rw.key, reader), c.holdKey(rw.key, writer)
 	return rw
@@ -186,6 +186,16 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 	return rw.c.unlock(ctx, rw.wk, rw.name)
 }
 
+// timeoutBase returns what the timeout keys of key's read holds start with,
+// as Redisson names them: "{<key>}", or key itself when it holds a "{"
+// (level i of reader field f: "<base>:<f>:rwlock_timeout:<i>").
+func timeoutBase(key string) string {
+	if strings.Contains(key, "{") {
+		return key
+	}
+	return "{" + key + "}"
+}
+
 // readerField returns the read field of the owner of a write hold.
 func readerField(writeField string) string { return strings.TrimSuffix(writeField, ":write") }
 
@@ -242,8 +252,11 @@ func (k *readKind) undo(ctx context.Context, h *hold, acquired bool) {
 }
 
 func (k *readKind) renewal(h *hold) (*script, []string, []any) {
-	return readRenewScript, k.rw.keys[:2], []any{h.field}
+	return readRenewScript, k.rw.renewKeys(), []any{h.field}
 }
+
+// renewKeys are the keys read_renew.lua takes for one hold.
+func (rw *RWMutex) renewKeys() []string { return []string{rw.keys[0], rw.keys[1], rw.keys[4]} }
 
 func (k *readKind) channel(*hold) string { return k.rw.keys[3] }
 func (k *readKind) shared() bool         { return true }
@@ -302,7 +315,7 @@ func (k *writeKind) undo(ctx context.Context, h *hold, acquired bool) {
 func (k *writeKind) renewal(h *hold) (*script, []string, []any) {
 	// A write hold's lease is its score among the holders' leases, as a
 	// read hold's is: its renewal is the readers' (see rwlib.lua).
-	return readRenewScript, k.rw.keys[:2], []any{h.field}
+	return readRenewScript, k.rw.renewKeys(), []any{h.field}
 }
 
 func (k *writeKind) channel(*hold) string { return k.rw.keys[3] }

@@ -83,22 +83,46 @@ local function hash_ttl(min_ms)
   end
 end
 
--- purge drops holders whose lease ended and writers that stopped waiting.
--- When that frees the lock, or leaves only readers where a writer held, it
--- wakes the waiters (publish: the command).
+-- lapsed says whether reader field f, holding levels levels, has no lease
+-- left anywhere: none in our leases and no timeout key with time left. That
+-- is a reader Redisson's read unlock counts for nothing: one of Redisson's
+-- that died, or one of ours whose leases' set expired while a Redisson
+-- reader kept the hash alive. A reader in our leases is judged by its lease
+-- there alone (a reader of ours without timeout keys counts until its lease
+-- ends).
+local function lapsed(f, levels)
+  if redis.call('zscore', KEYS[2], f) then return false end
+  for i = levels, 1, -1 do
+    if redis.call('pttl', tkey(f, i)) > 0 then return false end
+  end
+  return true
+end
+
+-- purge drops holders whose lease ended, readers that lapsed (see lapsed)
+-- and writers that stopped waiting. When that frees the lock, or leaves only
+-- readers where a writer held, it wakes the waiters (publish: the command).
 local function purge(publish)
   local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-  if #dead > 0 then
-    local writer = false
-    for _, f in ipairs(dead) do
-      if string.sub(f, -6) == ':write' then
-        writer = true
-      else
-        drop_timeouts(f, 1, tonumber(redis.call('hget', KEYS[1], f) or 0))
-      end
-      redis.call('hdel', KEYS[1], f)
+  local writer = false
+  for _, f in ipairs(dead) do
+    if string.sub(f, -6) == ':write' then
+      writer = true
+    else
+      drop_timeouts(f, 1, tonumber(redis.call('hget', KEYS[1], f) or 0))
     end
-    redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+    redis.call('hdel', KEYS[1], f)
+  end
+  redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+  local gone = #dead
+  local all = redis.call('hgetall', KEYS[1])
+  for j = 1, #all, 2 do
+    local f, levels = all[j], tonumber(all[j + 1])
+    if levels and f ~= 'mode' and string.sub(f, -6) ~= ':write' and lapsed(f, levels) then
+      redis.call('hdel', KEYS[1], f)
+      gone = gone + 1
+    end
+  end
+  if gone > 0 then
     if redis.call('hlen', KEYS[1]) <= 1 then
       redis.call('del', KEYS[1], KEYS[2])
       redis.call(publish, KEYS[4], 0)

@@ -394,3 +394,43 @@ func TestRedissonEmu_ALapsedReaderDoesNotOutliveOurLastRUnlock(t *testing.T) {
 	}
 	rw.Unlock(wctx)
 }
+
+func TestInspect_AnRWMutexSharedWithRedissonShowsEveryReadersLease(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	j := javaService(t, srv, redissonemu.Config{})
+	ctx := context.Background()
+	jrw := j.ReadWriteLock(name)
+	if err := jrw.ReadLock().LockLease(ctx, 7, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rctx, err := c.RWMutex(name).RLock(ctx, lock.WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.RWMutex(name).RUnlock(rctx)
+	in, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Kind != lock.KindRWMutex || len(in.Owners) != 2 {
+		t.Fatalf("kind %s, owners %+v, want an rwmutex with two readers", in.Kind, in.Owners)
+	}
+	for _, o := range in.Owners {
+		want := 10 * time.Second
+		if o.Field == j.Field(7) {
+			want = 20 * time.Second
+		}
+		if o.Lease > want || o.Lease < want-5*time.Second {
+			t.Errorf("reader %s: lease %v, want about %v", o.Field, o.Lease, want)
+		}
+	}
+	names, err := c.Scan(ctx, "*", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0] != name {
+		t.Fatalf("Scan = %v, want only %q (timeout keys are not locks)", names, name)
+	}
+}

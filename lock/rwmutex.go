@@ -17,10 +17,14 @@ const (
 )
 
 // An RWMutex is a distributed reader/writer lock: many readers at once, or
-// one writer. Its hash has the layout of Redisson's RReadWriteLock (a "mode"
-// field, a field per reader counting its holds, a "<...>:write" field
-// counting the writer's), but it behaves differently where Redisson's users
-// get hurt, and must not be shared with Redisson's RReadWriteLock:
+// one writer. It shares the keys of Redisson's RReadWriteLock of the same
+// name with their meaning: the hash (a "mode" field, a field per reader
+// counting its holds, a "<...>:write" field counting the writer's), the
+// channel, and each read level's timeout key
+// "{<name>}:<uuid>:<owner>:rwlock_timeout:<level>" expiring with the hold's
+// lease, so readers and writers of both sides exclude each other on one
+// name. What this package adds lives in keys Redisson never reads, and it
+// behaves differently where Redisson's users get hurt:
 //
 //   - It prefers writers: once a writer waits, new readers wait behind it
 //     (even while the lock is free, until the woken writer has taken it),
@@ -28,10 +32,15 @@ const (
 //     already hold a read lock may still re-enter it.) A stream of writers
 //     can in turn hold readers off. Within a Client, writers wait in a line
 //     of their own, each in the writers' line in Redis from the moment it
-//     waits, not behind the Client's readers.
+//     waits, not behind the Client's readers. Redisson's readers do not
+//     honour that line: a Java reader may overtake a waiting writer.
 //   - Each read hold has a lease of its own, renewed by the watchdog for
-//     its holder only; a reader that crashed drops out when its lease ends,
-//     however many other readers come and go.
+//     its holder only (its own timeout keys among them); a reader that
+//     crashed drops out for this package's writers when its lease ends,
+//     however many other readers come and go. Redisson's writers wait for
+//     the hash to go, which a live Java reader's renewal delays; Redisson
+//     before 4.4.0 also renews every reader's timeout keys, so there a dead
+//     reader of ours lives as long as a live Java reader (docs/LOCKS.md).
 //   - A writer may take the read lock under its write lock (a downgrade):
 //     releasing the write lock then leaves the read hold, whose context
 //     descends from the context the write lock was taken with (not from

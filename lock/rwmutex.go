@@ -33,7 +33,9 @@ const (
 //     can in turn hold readers off. Within a Client, writers wait in a line
 //     of their own, each in the writers' line in Redis from the moment it
 //     waits, not behind the Client's readers. Redisson's readers do not
-//     honour that line: a Java reader may overtake a waiting writer.
+//     honour that line: a Java reader may overtake a waiting writer. Nor
+//     do Redisson's writers stand in it: readers that overlap without a
+//     gap keep a Java writer out.
 //   - Each read hold has a lease of its own, renewed by the watchdog for
 //     its holder only (its own timeout keys among them); a reader that
 //     crashed drops out for this package's writers when its lease ends,

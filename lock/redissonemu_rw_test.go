@@ -156,7 +156,7 @@ func TestRWMutex_AReadRenewalRenewsOnlyItsOwnTimeoutKeys(t *testing.T) {
 	srv := testenv.Redis(t)
 	name := lockName(t)
 	dead := instances(t, srv, 1)[0]
-	live := instances(t, srv, 1, lock.WithWatchdogTimeout(600*time.Millisecond))[0]
+	live := instances(t, srv, 1, lock.WithWatchdogTimeout(1500*time.Millisecond))[0] // renewed every 500 ms
 	ctx := context.Background()
 	if _, err := dead.RWMutex(name).RLock(ctx, lock.WithLease(400*time.Millisecond)); err != nil { // never released
 		t.Fatal(err)
@@ -183,14 +183,14 @@ func TestRWMutex_AReadRenewalRenewsOnlyItsOwnTimeoutKeys(t *testing.T) {
 func TestRedissonEmu_OurRenewedReaderStaysInForAJavaReadUnlock(t *testing.T) {
 	srv := testenv.Redis(t)
 	name := lockName(t)
-	c := instances(t, srv, 1, lock.WithWatchdogTimeout(600*time.Millisecond))[0]
+	c := instances(t, srv, 1, lock.WithWatchdogTimeout(900*time.Millisecond))[0]
 	j := javaService(t, srv, redissonemu.Config{})
 	ctx := context.Background()
 	rctx, err := c.RWMutex(name).RLock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // well past the first lease: renewed
+	time.Sleep(2 * time.Second) // well past the first lease: renewed
 	jrw := j.ReadWriteLock(name)
 	if err := jrw.ReadLock().Lock(ctx, 1); err != nil {
 		t.Fatal(err)

@@ -33,13 +33,12 @@ local function extend()
   set_timeouts(me, tonumber(redis.call('hget', KEYS[1], me) or 0), math.max(mine, now + lease) - now)
   if lease == 0 or mine >= now + lease then return end -- a re-entry never shortens a lease
   redis.call('zadd', KEYS[2], now + lease, me)
-  local least = lease
-  if redis.call('hget', KEYS[1], 'mode') == 'write' then
-    -- A downgrade: the hash's expiry is the writer's lease, which a shorter
-    -- read lease must not cut short.
-    least = math.max(lease, redis.call('pttl', KEYS[1]))
+  -- The hash and our leases' set last at least this lease; a longer expiry
+  -- (another holder's lease, a writer's under a downgrade, a Redisson
+  -- reader's) is never cut short, so no other reader needs reading here.
+  for _, k in ipairs({KEYS[1], KEYS[2]}) do
+    if redis.call('pttl', k) < lease then redis.call('pexpire', k, lease) end
   end
-  hash_ttl(least)
 end
 
 local held = tonumber(redis.call('hget', KEYS[1], me) or 0)

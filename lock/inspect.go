@@ -81,8 +81,9 @@ type Owner struct {
 	Holds    int64  // the hold count: how many Unlocks free it
 	Write    bool   // an RWMutex's write hold
 	// Lease is the holder's own remaining lease, for the holds of an
-	// RWMutex (read and write) and permits of a Semaphore (0 when the key's
-	// Lease applies).
+	// RWMutex (read and write; a Redisson reader's is the longest PTTL among
+	// its timeout keys) and permits of a Semaphore (0 when the key's Lease
+	// applies).
 	Lease time.Duration
 }
 
@@ -137,7 +138,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 		return nil, err
 	}
 	keys := []string{key, derived(tokenPrefix, key), derived(queuePrefix, key), derived(timeoutPrefix, key),
-		derived(readersPrefix, key), derived(writersPrefix, key), derived(alivePrefix, key)}
+		derived(readersPrefix, key), derived(writersPrefix, key), derived(alivePrefix, key), timeoutBase(key)}
 	raw, err := c.run(ctx, inspectScript, keys, InspectLimit).Slice()
 	if err != nil {
 		return nil, wrap(key, unavailable(err))
@@ -154,15 +155,15 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 
 // parseInspection decodes inspect.lua's reply.
 func parseInspection(name, key string, r []any) (*Inspection, error) {
-	if len(r) != 13 {
-		return nil, fmt.Errorf("inspect: reply of %d parts, want 13", len(r))
+	if len(r) != 14 {
+		return nil, fmt.Errorf("inspect: reply of %d parts, want 14", len(r))
 	}
 	d := inspectReply{now: replyNum(r[11])}
 	in := &Inspection{Name: name, Key: key}
 	switch typ := replyStr(r[0]); typ {
 	case "none":
 	case "hash":
-		d.hashOwners(in, replyList(r[2]), replyList(r[8]))
+		d.hashOwners(in, replyList(r[2]), replyList(r[8]), replyList(r[13]))
 	case "zset":
 		d.permitOwners(in, replyList(r[2]))
 	default:
@@ -193,10 +194,16 @@ func (d inspectReply) left(deadline int64) time.Duration {
 
 // hashOwners reads the owners of a lock hash (a Mutex, FairMutex or
 // RWMutex): entries are its fields and counts, readLeases an RWMutex's
-// holders and their lease ends.
-func (d inspectReply) hashOwners(in *Inspection, entries, readLeases []any) {
+// holders and their lease ends, timeouts its readers and the longest PTTL
+// among each one's timeout keys (a Redisson reader's lease).
+func (d inspectReply) hashOwners(in *Inspection, entries, readLeases, timeouts []any) {
 	in.Kind = KindMutex
 	readLease := make(map[string]time.Duration)
+	for i := 0; i+1 < len(timeouts); i += 2 {
+		if ms := replyNum(timeouts[i+1]); ms > 0 {
+			readLease[replyStr(timeouts[i])] = time.Duration(ms) * time.Millisecond
+		}
+	}
 	for i := 0; i+1 < len(readLeases); i += 2 {
 		readLease[replyStr(readLeases[i])] = d.left(replyNum(readLeases[i+1]))
 	}
@@ -346,7 +353,7 @@ var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPref
 // them, with SCAN, so Redis is never blocked; on a Cluster every master is
 // scanned. A key counts as a lock when it is a hash or a sorted set and not
 // one of the keys derived from a lock name (token counters, wait lines,
-// lease sets).
+// lease sets, an RWMutex's readers' timeout keys).
 // Scan reads at most 100 keys per name wanted, so a pattern that matches
 // mostly other keys ends early; the names are sorted.
 func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string, error) {
@@ -422,6 +429,13 @@ func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string,
 }
 
 func isDerived(key string) bool {
+	// An RWMutex reader's timeout key "<base>:<field>:rwlock_timeout:<level>"
+	// (see timeoutBase).
+	if i := strings.LastIndex(key, ":rwlock_timeout:"); i >= 0 {
+		if _, err := strconv.ParseUint(key[i+len(":rwlock_timeout:"):], 10, 32); err == nil {
+			return true
+		}
+	}
 	for _, p := range derivedPrefixes {
 		if strings.HasPrefix(key, p) {
 			return true

@@ -62,6 +62,47 @@ func WithToken(ctx context.Context, t Token) context.Context {
 	return context.WithValue(ctx, tokenKey{}, t)
 }
 
+// A TokenContext is a context that carries Token as its innermost token,
+// as WithToken's does, for a caller that keeps it in a value of its own
+// instead of allocating a new context: package lock keeps the one of a
+// lock context in the hold it belongs to. Everything but the token comes
+// from the embedded Context, cancellation included. Token must not change
+// once the context is in use.
+type TokenContext struct {
+	context.Context
+	Token Token
+}
+
+// Value returns c's token under the key FromContext reads, and the
+// embedded context's value for any other key.
+func (c *TokenContext) Value(key any) any {
+	if key == (tokenKey{}) {
+		return &c.Token
+	}
+	return c.Context.Value(key)
+}
+
+// String describes c as the context package describes its contexts.
+func (c *TokenContext) String() string {
+	name := "context"
+	if s, ok := c.Context.(interface{ String() string }); ok {
+		name = s.String()
+	}
+	return name + ".WithToken(" + c.Token.String() + ")"
+}
+
+// ownToken returns the token ctx carries itself (not one published under
+// ContextKey), and whether it carries one.
+func ownToken(ctx context.Context) (Token, bool) {
+	switch t := ctx.Value(tokenKey{}).(type) {
+	case Token:
+		return t, true
+	case *Token: // a TokenContext's
+		return *t, true
+	}
+	return 0, false
+}
+
 // ContextKey is the key under which web middleware publishes the context of
 // the lock it holds on a framework's own request context, for frameworks
 // whose context does not hand out the values of the request's context.
@@ -84,7 +125,7 @@ func fromContext(ctx context.Context) (Token, bool) {
 	if ctx == nil {
 		return 0, false
 	}
-	t, ok := ctx.Value(tokenKey{}).(Token)
+	t, ok := ownToken(ctx)
 	return t, ok && t.Valid()
 }
 
@@ -97,11 +138,11 @@ func Holder(ctx context.Context) context.Context {
 	if ctx == nil {
 		return nil
 	}
-	if _, ok := ctx.Value(tokenKey{}).(Token); ok {
+	if _, ok := ownToken(ctx); ok {
 		return ctx
 	}
 	if inner, ok := ctx.Value(ContextKey).(context.Context); ok && inner != nil {
-		if _, ok := inner.Value(tokenKey{}).(Token); ok {
+		if _, ok := ownToken(inner); ok {
 			return inner
 		}
 	}

@@ -105,3 +105,28 @@ func TestFromContext_FindsTheLockContextPublishedUnderContextKey(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenContext_CarriesItsTokenAndTheRest(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithCancelCause(context.WithValue(fencing.WithToken(context.Background(), 7), key{}, "v"))
+	tc := &fencing.TokenContext{Context: parent, Token: 9}
+	if tok, ok := fencing.FromContext(tc); !ok || tok != 9 {
+		t.Fatalf("FromContext = %d, %v; want 9, true", tok, ok)
+	}
+	if tc.Value(key{}) != "v" || fencing.Holder(tc) != tc {
+		t.Fatal("a TokenContext hides its context's values")
+	}
+	if tok, ok := fencing.FromContext(fencing.WithToken(tc, 11)); !ok || tok != 11 {
+		t.Fatalf("a token inside a TokenContext's = %d, %v; want 11, true", tok, ok)
+	}
+	child, stop := context.WithCancel(tc)
+	defer stop()
+	cause := errors.New("released")
+	cancel(cause)
+	if child.Err() == nil || context.Cause(tc) != cause || context.Cause(child) != cause {
+		t.Fatalf("cancellation: child %v, causes %v, %v", child.Err(), context.Cause(tc), context.Cause(child))
+	}
+	if _, ok := fencing.FromContext(&fencing.TokenContext{Context: context.Background()}); ok {
+		t.Fatal("zero token reported as valid")
+	}
+}

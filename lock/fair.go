@@ -63,9 +63,9 @@ const foreignLook = time.Second
 // A FairMutex does no I/O until used and may be copied freely.
 type FairMutex struct {
 	m         *Mutex
-	keys      []string // lock, queue, deadlines, channel prefix, liveness, token counter
-	leaveKeys []string // lock, queue, deadlines, channel prefix, liveness
-	aliveKeys []string // liveness, deadlines: the watchdog's fair_alive.lua
+	keys      []string // lock, queue, deadlines, channel prefix, liveness, waits, token counter
+	leaveKeys []string // lock, queue, deadlines, channel prefix, liveness, waits
+	aliveKeys []string // liveness, waits, deadlines: the watchdog's fair_alive.lua
 }
 
 // newFairMutex returns the FairMutex of the engine c (nil: of a nil Client): see
@@ -74,8 +74,9 @@ func newFairMutex(c *engine, name string) *FairMutex {
 	f := &FairMutex{m: newMutex(c, name)}
 	if f.m.checkErr == nil {
 		k := f.m.key
-		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh, derived(alivePrefix, k)}
-		f.aliveKeys = []string{f.leaveKeys[4], f.leaveKeys[2]}
+		f.leaveKeys = []string{k, derived(queuePrefix, k), derived(timeoutPrefix, k), f.m.unlockCh,
+			derived(alivePrefix, k), derived(waitPrefix, k)}
+		f.aliveKeys = []string{f.leaveKeys[4], f.leaveKeys[5], f.leaveKeys[2]}
 		f.keys = append(append([]string{}, f.leaveKeys...), f.m.keys[1])
 	}
 	return f

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/seckillguard/seckillguard/fencing"
 )
@@ -76,12 +77,13 @@ type hold struct {
 	hk       any    // the context key that carries the hold (see heldKey)
 	name     string // as the caller wrote it, for errors
 	field    string // the owner's field or member in Redis
-	fieldArg []any  // {field}: field boxed once, for the script arguments of every call and the renewal's list
-	fieldBox [1]any // fieldArg's array: one allocation less per hold
+	fieldBox [1]any // {field}: field boxed once, for the script arguments of every call and the renewal's list
+	// field's bytes: written once, when the hold is made, and never again
+	fieldBytes [fieldSize]byte
 
 	// sem serialises the acquisitions and releases of this hold, so that the
 	// hold count sent to Redis is always the one this process last saw.
-	sem chan struct{}
+	sem holdSem
 
 	// Guarded by sem.
 	kind   kind
@@ -92,6 +94,7 @@ type hold struct {
 	relet  time.Duration // the lease a re-entry of a fixed hold under way extends it to (WithLease), 0 when none
 	start  time.Time     // when the first acquisition, or the handover to this hold, was sent
 	ack    replicaAck    // replicas that must confirm the first acquisition
+	argv   [9]any        // the command of a Mutex's acquisition or release in Redis (see script.runIn)
 	// The flags side by side, in one word (a hold's size decides its
 	// allocation's: every first acquisition makes one).
 	fixed    bool // WithLease: no watchdog
@@ -118,6 +121,8 @@ type hold struct {
 	// Parts of ctx and of its cause kept in the hold, so that an
 	// acquisition allocates them with the hold: each is set once.
 	carrier  holdContext
+	tokenCtx fencing.TokenContext // the carrier with the token, for kinds that issue one
+	detached detachedContext      // the carrier's context without its cancellation (see detach)
 	released nameError
 
 	// Guarded by the Client's holdTable.
@@ -221,12 +226,7 @@ func (h *hold) enter(ctx context.Context) error {
 	if err := h.landedOrLost(ctx); err != nil {
 		return err
 	}
-	select {
-	case h.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return h.sem.acquire(ctx)
 }
 
 // landed waits until the transfer that handed h the lock, if it was sent
@@ -256,7 +256,7 @@ func (h *hold) landedOrLost(ctx context.Context) error {
 }
 
 // leave releases h's semaphore.
-func (h *hold) leave() { <-h.sem }
+func (h *hold) leave() { h.sem.release() }
 
 // begin creates h's context at its first acquisition. It descends from ctx,
 // carries the hold (for re-entries) and the token (for kinds that issue
@@ -270,16 +270,62 @@ func (h *hold) begin(ctx context.Context, start time.Time) {
 	if h.fixed {
 		h.expireAt(start.Add(h.lease))
 	}
-	if h.carrier.h == nil {
+	first := h.carrier.h == nil
+	inner := hctx
+	if first {
 		h.carrier = holdContext{hctx, h}
 		hctx = &h.carrier
 	} else {
 		hctx = &holdContext{hctx, h}
 	}
 	if h.kind.tokens() {
-		hctx = fencing.WithToken(hctx, h.token)
+		if first {
+			h.tokenCtx = fencing.TokenContext{Context: hctx, Token: h.token}
+			hctx = &h.tokenCtx
+		} else {
+			hctx = fencing.WithToken(hctx, h.token)
+		}
 	}
 	h.ctx = hctx
+	if first {
+		h.detached = detachedContext{hctx, inner}
+	}
+}
+
+// A detachedContext is a hold's context without its cancellation, as
+// context.WithoutCancel makes it: the context a release is sent with, which
+// must run whatever happened to the context it was called with. A hold
+// keeps the one of its first context (see detach).
+type detachedContext struct {
+	context.Context                 // the hold's context
+	inner           context.Context // its cancellation, which it hides
+}
+
+func (d *detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (d *detachedContext) Done() <-chan struct{}       { return nil }
+func (d *detachedContext) Err() error                  { return nil }
+
+// Value is the hold context's, but for the key under which the context
+// package finds a context's cancellation, the one key whose value is the
+// hold's inner context itself: context.Cause then answers nil, as for a
+// context of context.WithoutCancel.
+func (d *detachedContext) Value(key any) any {
+	if v := d.Context.Value(key); v != any(d.inner) {
+		return v
+	}
+	return nil
+}
+
+func (d *detachedContext) String() string { return contextName(d.Context) + ".WithoutCancel" }
+
+// detach returns ctx without its cancellation, as context.WithoutCancel
+// does, allocating nothing when ctx is h's first context, the one Lock
+// returned.
+func (h *hold) detach(ctx context.Context) context.Context {
+	if ctx == h.detached.Context && ctx != nil {
+		return &h.detached
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // A holdContext is a hold's context: the hold's cancellation, carrying the
@@ -330,7 +376,21 @@ func heldBy(ctx context.Context, hk any) *hold {
 	return h
 }
 
-// field returns the lock-hash field of owner: "<clientUUID>:<ownerID>".
-func (c *link) field(owner int64) string {
-	return c.id + ":" + strconv.FormatInt(owner, 10)
+// fieldSize is the length of the longest field: a UUID, ':', an int64 and
+// ":write".
+const fieldSize = 36 + 1 + 19 + len(":write")
+
+// field returns the lock-hash field of owner in role r:
+// "<clientUUID>:<ownerID>", and "<clientUUID>:<ownerID>:write" for a
+// writer. It writes it in buf, the hold's, and returns buf's bytes as the
+// string, without a copy: the caller never writes buf again, so the string
+// never changes (a field that did not fit, which a Client's UUID rules out,
+// is in an array of its own).
+func (c *link) field(buf *[fieldSize]byte, owner int64, r role) string {
+	b := append(buf[:0], c.id...)
+	b = strconv.AppendInt(append(b, ':'), owner, 10)
+	if r == writer {
+		b = append(b, ":write"...)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

@@ -30,12 +30,9 @@ func (t *holdTable) ref(c *engine, id holdID, hk any, name string) *hold {
 	defer t.mu.Unlock()
 	h := t.m[id]
 	if h == nil {
-		h = &hold{c: c, id: id, hk: hk, name: name, field: c.field(id.owner), sem: make(chan struct{}, 1)}
-		if id.role == writer {
-			h.field += ":write"
-		}
+		h = &hold{c: c, id: id, hk: hk, name: name}
+		h.field = c.field(&h.fieldBytes, id.owner, id.role)
 		h.fieldBox[0] = h.field
-		h.fieldArg = h.fieldBox[:]
 		h.renewal.owner = h
 		t.m[id] = h
 	}

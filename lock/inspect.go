@@ -44,7 +44,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 		return nil, err
 	}
 	keys := []string{key, derived(tokenPrefix, key), derived(queuePrefix, key), derived(timeoutPrefix, key),
-		derived(readersPrefix, key), derived(writersPrefix, key), derived(alivePrefix, key)}
+		derived(readersPrefix, key), derived(writersPrefix, key), derived(alivePrefix, key), timeoutBase(key)}
 	raw, err := c.run(ctx, inspectScript, keys, InspectLimit).Slice()
 	if err != nil {
 		return nil, wrap(key, unavailable(err))
@@ -61,15 +61,15 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 
 // parseInspection decodes inspect.lua's reply.
 func parseInspection(name, key string, r []any) (*Inspection, error) {
-	if len(r) != 13 {
-		return nil, fmt.Errorf("inspect: reply of %d parts, want 13", len(r))
+	if len(r) != 14 {
+		return nil, fmt.Errorf("inspect: reply of %d parts, want 14", len(r))
 	}
 	d := inspectReply{now: replyNum(r[11])}
 	in := &Inspection{Name: name, Key: key}
 	switch typ := replyStr(r[0]); typ {
 	case "none":
 	case "hash":
-		d.hashOwners(in, replyList(r[2]), replyList(r[8]))
+		d.hashOwners(in, replyList(r[2]), replyList(r[8]), replyList(r[13]))
 	case "zset":
 		d.permitOwners(in, replyList(r[2]))
 	default:
@@ -100,10 +100,16 @@ func (d inspectReply) left(deadline int64) time.Duration {
 
 // hashOwners reads the owners of a lock hash (a Mutex, FairMutex or
 // RWMutex): entries are its fields and counts, readLeases an RWMutex's
-// holders and their lease ends.
-func (d inspectReply) hashOwners(in *Inspection, entries, readLeases []any) {
+// holders and their lease ends, timeouts its readers and the longest PTTL
+// among each one's timeout keys (a Redisson reader's lease).
+func (d inspectReply) hashOwners(in *Inspection, entries, readLeases, timeouts []any) {
 	in.Kind = KindMutex
 	readLease := make(map[string]time.Duration)
+	for i := 0; i+1 < len(timeouts); i += 2 {
+		if ms := replyNum(timeouts[i+1]); ms > 0 {
+			readLease[replyStr(timeouts[i])] = time.Duration(ms) * time.Millisecond
+		}
+	}
 	for i := 0; i+1 < len(readLeases); i += 2 {
 		readLease[replyStr(readLeases[i])] = d.left(replyNum(readLeases[i+1]))
 	}
@@ -141,8 +147,8 @@ func (d inspectReply) permitOwners(in *Inspection, entries []any) {
 }
 
 // line reads a FairMutex's line: its waiters in order, their Redisson
-// deadlines, and the liveness this package's waiters keep
-// ("<deadline>:<wait>"); a waiter without one is another client's.
+// deadlines, and the liveness deadlines this package's waiters keep; a
+// waiter without one is another client's.
 func (d inspectReply) line(waiters, deadlines, alive []any) []Waiter {
 	var out []Waiter
 	for i, w := range waiters {
@@ -152,11 +158,7 @@ func (d inspectReply) line(waiters, deadlines, alive []any) []Waiter {
 		}
 		wt.Expires, wt.Foreign = wt.Deadline, true
 		if i < len(alive) && alive[i] != nil {
-			if at, _, ok := strings.Cut(replyStr(alive[i]), ":"); ok {
-				if v, err := strconv.ParseInt(at, 10, 64); err == nil {
-					wt.Expires, wt.Foreign = d.left(v), false
-				}
-			}
+			wt.Expires, wt.Foreign = d.left(replyNum(alive[i])), false
 		}
 		out = append(out, wt)
 	}
@@ -250,14 +252,14 @@ func (c *engine) countSubscribers(ctx context.Context, in *Inspection) error {
 // derivedPrefixes are the prefixes of the keys derived from lock names,
 // which Scan does not report as locks.
 var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPrefix + ":", readersPrefix + ":", writersPrefix + ":",
-	alivePrefix + ":"}
+	alivePrefix + ":", waitPrefix + ":"}
 
 // Scan returns the names of the locks whose keys match the glob pattern
 // (namespace applied; the names are returned without it), at most limit of
 // them, with SCAN, so Redis is never blocked; on a Cluster every master is
 // scanned. A key counts as a lock when it is a hash or a sorted set and not
 // one of the keys derived from a lock name (token counters, wait lines,
-// lease sets).
+// lease sets, an RWMutex's readers' timeout keys).
 // Scan reads at most 100 keys per name wanted, so a pattern that matches
 // mostly other keys ends early; the names are sorted.
 func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string, error) {
@@ -333,6 +335,13 @@ func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string,
 }
 
 func isDerived(key string) bool {
+	// An RWMutex reader's timeout key "<base>:<field>:rwlock_timeout:<level>"
+	// (see timeoutBase).
+	if i := strings.LastIndex(key, ":rwlock_timeout:"); i >= 0 {
+		if _, err := strconv.ParseUint(key[i+len(":rwlock_timeout:"):], 10, 32); err == nil {
+			return true
+		}
+	}
 	for _, p := range derivedPrefixes {
 		if strings.HasPrefix(key, p) {
 			return true

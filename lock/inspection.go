@@ -53,8 +53,9 @@ type Owner struct {
 	Holds    int64  // the hold count: how many Unlocks free it
 	Write    bool   // an RWMutex's write hold
 	// Lease is the holder's own remaining lease, for the holds of an
-	// RWMutex (read and write) and permits of a Semaphore (0 when the key's
-	// Lease applies).
+	// RWMutex (read and write; a Redisson reader's is the longest PTTL among
+	// its timeout keys) and permits of a Semaphore (0 when the key's Lease
+	// applies).
 	Lease time.Duration
 }
 

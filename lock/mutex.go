@@ -138,7 +138,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // The Mutex is the kind of its holds: Redisson's RLock layout.
 
 func (m *Mutex) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
-	n, err := acquireScript.runBoxed(ctx, via, m.args[0:2], m.c.leaseArg(h.lease), h.fieldArg[0], 0, m.c.tokenTTL).Int64()
+	n, err := acquireScript.runIn(ctx, via, h.argv[:], m.args[0:2], m.c.leaseArg(h.lease), h.fieldBox[0], 0, m.c.tokenTTL).Int64()
 	if err != nil {
 		return false, 0, err
 	}
@@ -180,7 +180,7 @@ func (r acquireReply) held() bool { return r <= -2 }
 func (r acquireReply) pttl() int64 { return -3 - int64(r) }
 
 func (m *Mutex) release(ctx context.Context, h *hold) (int64, error) {
-	return releaseScript.runBoxed(ctx, m.c.rdb, m.args[2:4], h.fieldArg[0], h.levels, m.c.publish).Int64()
+	return releaseScript.runIn(ctx, m.c.rdb, h.argv[:], m.args[2:4], h.fieldBox[0], h.levels, m.c.publish).Int64()
 }
 
 func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
@@ -194,7 +194,7 @@ func (m *Mutex) undo(ctx context.Context, h *hold, acquired bool) {
 }
 
 func (m *Mutex) renewal(h *hold) (*script, []string, []any) {
-	return renewScript, m.renKeys, h.fieldArg[:1:1]
+	return renewScript, m.renKeys, h.fieldBox[:]
 }
 
 // transfer hands the lock from from, released at its last level, to to, a

@@ -73,4 +73,5 @@ const (
 	queuePrefix   = "redisson_lock_queue"
 	timeoutPrefix = "redisson_lock_timeout"
 	alivePrefix   = "seckillguard_fair_alive" // our waiters' liveness; Redisson never reads it
+	waitPrefix    = "seckillguard_fair_wait"  // our waiters' waits; likewise
 )

@@ -193,9 +193,10 @@ func (r *RedLock) parentEnded(rh *redHold) {
 
 // Unlock releases one level of the RedLock held by ctx; the final Unlock
 // releases every node it holds, at once, and cancels the context with cause
-// ErrReleased. A node that cannot be reached is left to expire with its
-// lease (nothing renews it any more); so does the node of a Client closed
-// meanwhile. Unlock returns ErrNotHeld when ctx does not hold the lock, and
+// ErrReleased. A node whose release fails is retried in the background
+// until its lease ends; one that cannot be released is left to expire with
+// its lease (nothing renews it any more), and so is the node of a Client
+// closed meanwhile. Unlock returns ErrNotHeld when ctx does not hold the lock, and
 // an error matching ErrLost when the lock had lost its majority.
 func (r *RedLock) Unlock(ctx context.Context) error {
 	if r == nil {
@@ -237,8 +238,9 @@ func (r *RedLock) unlockLevel(rh *redHold) (final bool, err error) {
 }
 
 // releaseNodes releases every node rh holds, at once, for the final Unlock
-// with ctx. A node that cannot be reached is given up: nothing renews it,
-// and it expires with its lease; but a node hold the RedLock's context
+// with ctx. A node whose release fails is retried in the background until
+// its lease ends (see settle); one that cannot be released at all is given
+// up: nothing renews it, and it expires with its lease; but a node hold the RedLock's context
 // carried (the caller's own) is not given up: only the RedLock's level of
 // it goes, and it stays held and renewed for its owner.
 func (r *RedLock) releaseNodes(ctx context.Context, rh *redHold) {
@@ -268,6 +270,12 @@ func (r *RedLock) releaseNodes(ctx context.Context, rh *redHold) {
 					h.levels--
 				}
 				c.opts.logger.WarnContext(ctx, "lock: could not release a RedLock's level of a node its context held already; the final release removes it",
+					"lock", r.name, "node", i, "err", err)
+			case h.retrying:
+				// Its final release failed: the Client retries it in the
+				// background until it gets through or the node's lease
+				// ends (see settle), as for a Mutex.
+				c.opts.logger.WarnContext(ctx, "lock: could not release a RedLock node; retried in the background until its lease ends",
 					"lock", r.name, "node", i, "err", err)
 			default:
 				// Unreachable: stop renewing it; it expires with its lease.

@@ -311,7 +311,8 @@ func TestRedissonEmu_ADeadWaiterOfOursIsGivenUpAtItsLivenessDeadline(t *testing.
 	now := time.Now().UnixMilli()
 	srv.Do("RPUSH", redissonemu.Prefixed("redisson_lock_queue", name), "ghost:1")
 	srv.Do("ZADD", redissonemu.Prefixed("redisson_lock_timeout", name), now+30000+300000, "ghost:1")
-	srv.Do("HSET", redissonemu.Prefixed("seckillguard_fair_alive", name), "ghost:1", strconv.FormatInt(now+400, 10)+":300000")
+	srv.Do("ZADD", redissonemu.Prefixed("seckillguard_fair_alive", name), now+400, "ghost:1")
+	srv.Do("HSET", redissonemu.Prefixed("seckillguard_fair_wait", name), "ghost:1", 300000)
 	var o orderLog
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -351,9 +352,64 @@ func TestRedissonEmu_ADeadWaiterOfOursIsGivenUpAtItsLivenessDeadline(t *testing.
 	if got := strings.Join(o.get(), " "); got != "java go" {
 		t.Fatalf("taken in the order %s, want java go", got)
 	}
-	if n := srv.Do("EXISTS", redissonemu.Prefixed("redisson_lock_queue", name), redissonemu.Prefixed("seckillguard_fair_alive", name)); n != int64(0) {
+	if n := srv.Do("EXISTS", redissonemu.Prefixed("redisson_lock_queue", name), redissonemu.Prefixed("seckillguard_fair_alive", name),
+		redissonemu.Prefixed("seckillguard_fair_wait", name)); n != int64(0) {
 		t.Fatalf("%v line keys left behind", n)
 	}
+}
+
+// A dead waiter of ours in the middle of the line is given up at its
+// liveness deadline by the next call of any Client of ours on the name, not
+// only once it is first: it leaves as a waiter that gives up does, the
+// waiters behind it lowered by its wait, and those ahead keep their places.
+func TestRedissonEmu_ADeadWaiterOfOursInMidLineIsGivenUpByTheNextCall(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	j := javaService(t, srv, redissonemu.Config{})
+	ctx := context.Background()
+	if err := j.FairLock(name).Lock(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	java := func(thread int64) {
+		defer wg.Done()
+		if err := j.FairLock(name).Lock(ctx, thread); err != nil {
+			t.Error(err)
+			return
+		}
+		j.FairLock(name).Unlock(ctx, thread)
+	}
+	wg.Add(1)
+	go java(2)
+	eventually(t, 5*time.Second, "java#2 in line", lineLen(srv, name, 1))
+	// A waiter of a Client of ours that died, behind java#2: its liveness
+	// runs out in 300 ms, its Redisson deadline in minutes.
+	now := time.Now().UnixMilli()
+	srv.Do("RPUSH", redissonemu.Prefixed("redisson_lock_queue", name), "ghost:1")
+	srv.Do("ZADD", redissonemu.Prefixed("redisson_lock_timeout", name), lineScore(t, srv, name, j.Field(2))+300000, "ghost:1")
+	srv.Do("ZADD", redissonemu.Prefixed("seckillguard_fair_alive", name), now+300, "ghost:1")
+	srv.Do("HSET", redissonemu.Prefixed("seckillguard_fair_wait", name), "ghost:1", 300000)
+	wg.Add(1)
+	go java(3)
+	eventually(t, 5*time.Second, "java#3 behind the ghost", lineLen(srv, name, 3))
+	ahead, behind := lineScore(t, srv, name, j.Field(2)), lineScore(t, srv, name, j.Field(3))
+	time.Sleep(400 * time.Millisecond)
+	// The next call of ours: one attempt, which takes a place and leaves it.
+	if _, err := c.FairMutex(name).TryLock(ctx, 0); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock = %v, want ErrNotAcquired", err)
+	}
+	if got := strings.Join(lineFields(srv, name), " "); got != j.Field(2)+" "+j.Field(3) {
+		t.Fatalf("line %s after our call, want java#2 java#3: the dead waiter kept its place", got)
+	}
+	if got := lineScore(t, srv, name, j.Field(2)); got != ahead {
+		t.Fatalf("java#2's deadline moved from %d to %d", ahead, got)
+	}
+	if got := lineScore(t, srv, name, j.Field(3)); got != behind-300000 {
+		t.Fatalf("java#3's deadline is %d, want %d less the dead waiter's wait", got, behind)
+	}
+	j.FairLock(name).Unlock(ctx, 100)
+	wg.Wait()
 }
 
 // A dead Java waiter first in line keeps the free lock from everyone until

@@ -2,8 +2,8 @@
 
 package lock_test
 
-// What sharing Redisson's layouts must achieve for RWMutex and Semaphore,
-// and a foreign waiter's bounded wait on a hot Mutex. Today's layouts
+// What sharing Redisson's layouts must achieve for Semaphore, and a foreign
+// waiter's bounded wait on a hot Mutex. Today's layouts
 // differ (see the notes on Redisson interop for each test's failure); these
 // tests join the package's suite (the build tag goes) as each kind moves to
 // Redisson's layout.
@@ -18,65 +18,6 @@ import (
 	"github.com/seckillguard/seckillguard/internal/testkit/testenv"
 	"github.com/seckillguard/seckillguard/lock"
 )
-
-func TestRedissonEmu_AJavaReadUnlockLeavesOurReadersIn(t *testing.T) {
-	srv := testenv.Redis(t)
-	name := lockName(t)
-	c := instances(t, srv, 1)[0]
-	j := javaService(t, srv, redissonemu.Config{})
-	ctx := context.Background()
-	rctx, err := c.RWMutex(name).RLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jrw := j.ReadWriteLock(name)
-	if err := jrw.ReadLock().Lock(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := jrw.ReadLock().Unlock(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	// Redisson's read unlock keeps the hash only for readers that have
-	// per-level timeout keys.
-	if ok, _ := jrw.WriteLock().TryLock(ctx, 2, 0, 0); ok {
-		t.Fatal("a Java writer entered beside our reader after a Java read unlock")
-	}
-	if err := c.RWMutex(name).RUnlock(rctx); err != nil {
-		t.Fatalf("our RUnlock after the Java read unlock = %v", err)
-	}
-}
-
-func TestRedissonEmu_RWMutexAndRReadWriteLockExcludeUnderContention(t *testing.T) {
-	srv := testenv.Redis(t)
-	name := lockName(t)
-	c := instances(t, srv, 1)[0]
-	j := javaService(t, srv, redissonemu.Config{})
-	rw, jrw := c.RWMutex(name), j.ReadWriteLock(name)
-	ours := func(ctx context.Context, worker int) (func() error, bool, error) {
-		if time.Now().UnixNano()%2 == 0 {
-			hctx, err := rw.RLock(ctx)
-			return func() error { return rw.RUnlock(hctx) }, false, err
-		}
-		hctx, err := rw.Lock(ctx)
-		return func() error { return rw.Unlock(hctx) }, true, err
-	}
-	java := func(ctx context.Context, worker int) (func() error, bool, error) {
-		thread := int64(worker + 1)
-		l, write := jrw.ReadLock(), false
-		if time.Now().UnixNano()%2 == 0 {
-			l, write = jrw.WriteLock(), true
-		}
-		err := l.Lock(ctx, thread)
-		return func() error { return l.Unlock(context.Background(), thread) }, write, err
-	}
-	r := contend(t, 3*time.Second, ours, java, 1, true)
-	if r.Overlaps != 0 {
-		t.Fatalf("%d holds began beside a conflicting one", r.Overlaps)
-	}
-	if who, f := r.MinShare(); len(r.Share) < 4 || f < 0.10 {
-		t.Fatalf("%s got %.1f%% of the holds (shares %v), want every worker at least 10%%", who, 100*f, r.Share)
-	}
-}
 
 func TestRedissonEmu_SemaphoreCountsPermitsWithRPermitExpirableSemaphore(t *testing.T) {
 	srv := testenv.Redis(t)

@@ -111,6 +111,43 @@ func TestRedLock_LosingTheMajorityCancelsTheContext(t *testing.T) {
 	}
 }
 
+// A RedLock that lost its majority releases the node left at once; when
+// that release fails (a connection lost on the way, say), it is retried in
+// the background, as a Mutex's failed final release is, rather than left
+// held by nobody until its lease ends.
+func TestRedLock_AFailedReleaseOfTheNodeLeftIsRetried(t *testing.T) {
+	nodes := redisNodes(t, 3)
+	name := lockName(t)
+	clients := redLockProcess(t, nodes[:2], lock.WithWatchdogTimeout(3*time.Second))
+	refused := &refusedCalls{match: isRelease, dial: true}
+	rdb := nodes[2].Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	rdb.AddHook(refused)
+	left := lock.New(rdb, lock.WithWatchdogTimeout(3*time.Second))
+	t.Cleanup(func() { left.Close() })
+	rl := lock.NewRedLock(name, append(clients, left)...)
+	ctx, err := rl.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused.left.Store(1)
+	nodes[0].Kill()
+	nodes[1].Kill()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder never learned that it lost its majority")
+	}
+	eventually(t, time.Second, "the node left is released, well before its lease of 3s ends", func() bool {
+		return nodes[2].Do("EXISTS", name) == int64(0)
+	})
+	if n := refused.left.Load(); n >= 1 {
+		t.Fatal("no release of the node left was refused: the scenario did not happen")
+	}
+	if err := rl.Unlock(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Unlock = %v, want ErrLost", err)
+	}
+}
+
 func TestRedLock_TokensIncreaseAndBeatEveryNodesCounter(t *testing.T) {
 	nodes := redisNodes(t, 3)
 	name := lockName(t)

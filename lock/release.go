@@ -99,7 +99,7 @@ func (c *engine) releaseLevel(ctx context.Context, h *hold) error {
 	if turn {
 		c.startTurn(channel, others)
 	}
-	left, err := h.kind.release(context.WithoutCancel(ctx), h)
+	left, err := h.kind.release(h.detach(ctx), h)
 	if turn {
 		c.endTurn(channel)
 	}

@@ -17,10 +17,14 @@ const (
 )
 
 // An RWMutex is a distributed reader/writer lock: many readers at once, or
-// one writer. Its hash has the layout of Redisson's RReadWriteLock (a "mode"
-// field, a field per reader counting its holds, a "<...>:write" field
-// counting the writer's), but it behaves differently where Redisson's users
-// get hurt, and must not be shared with Redisson's RReadWriteLock:
+// one writer. It shares the keys of Redisson's RReadWriteLock of the same
+// name with their meaning: the hash (a "mode" field, a field per reader
+// counting its holds, a "<...>:write" field counting the writer's), the
+// channel, and each read level's timeout key
+// "{<name>}:<uuid>:<owner>:rwlock_timeout:<level>" expiring with the hold's
+// lease, so readers and writers of both sides exclude each other on one
+// name. What this package adds lives in keys Redisson never reads, and it
+// behaves differently where Redisson's users get hurt:
 //
 //   - It prefers writers: once a writer waits, new readers wait behind it
 //     (even while the lock is free, until the woken writer has taken it),
@@ -28,10 +32,17 @@ const (
 //     already hold a read lock may still re-enter it.) A stream of writers
 //     can in turn hold readers off. Within a Client, writers wait in a line
 //     of their own, each in the writers' line in Redis from the moment it
-//     waits, not behind the Client's readers.
+//     waits, not behind the Client's readers. Redisson's readers do not
+//     honour that line: a Java reader may overtake a waiting writer. Nor
+//     do Redisson's writers stand in it: readers that overlap without a
+//     gap keep a Java writer out.
 //   - Each read hold has a lease of its own, renewed by the watchdog for
-//     its holder only; a reader that crashed drops out when its lease ends,
-//     however many other readers come and go.
+//     its holder only (its own timeout keys among them); a reader that
+//     crashed drops out for this package's writers when its lease ends,
+//     however many other readers come and go. Redisson's writers wait for
+//     the hash to go, which a live Java reader's renewal delays; Redisson
+//     before 4.4.0 also renews every reader's timeout keys, so there a dead
+//     reader of ours lives as long as a live Java reader (docs/LOCKS.md).
 //   - A writer may take the read lock under its write lock (a downgrade):
 //     releasing the write lock then leaves the read hold, whose context
 //     descends from the context the write lock was taken with (not from
@@ -49,7 +60,7 @@ const (
 type RWMutex struct {
 	handle
 	key    string
-	keys   []string // hash, readers, writers, channel
+	keys   []string // hash, readers, writers, channel, timeout keys' start
 	wkeys  []string // keys + token counter
 	rk, wk any      // the context keys of its read and write holds (see heldKey)
 	read   readKind
@@ -81,7 +92,7 @@ func newRWMutex(c *engine, name string) *RWMutex {
 	if rw.checkErr = checkName(rw.key); rw.checkErr != nil {
 		return rw
 	}
-	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key)}
+	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key), timeoutBase(rw.key)}
 	rw.wkeys = append(append([]string{}, rw.keys...), derived(tokenPrefix, rw.key))
 	rw.rk, rw.wk = c.holdKey(rw.key, reader), c.holdKey(rw.key, writer)
 	return rw
@@ -186,6 +197,16 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 	return rw.c.unlock(ctx, rw.wk, rw.name)
 }
 
+// timeoutBase returns what the timeout keys of key's read holds start with,
+// as Redisson names them: "{<key>}", or key itself when it holds a "{"
+// (level i of reader field f: "<base>:<f>:rwlock_timeout:<i>").
+func timeoutBase(key string) string {
+	if strings.Contains(key, "{") {
+		return key
+	}
+	return "{" + key + "}"
+}
+
 // readerField returns the read field of the owner of a write hold.
 func readerField(writeField string) string { return strings.TrimSuffix(writeField, ":write") }
 
@@ -242,8 +263,11 @@ func (k *readKind) undo(ctx context.Context, h *hold, acquired bool) {
 }
 
 func (k *readKind) renewal(h *hold) (*script, []string, []any) {
-	return readRenewScript, k.rw.keys[:2], []any{h.field}
+	return readRenewScript, k.rw.renewKeys(), []any{h.field}
 }
+
+// renewKeys are the keys read_renew.lua takes for one hold.
+func (rw *RWMutex) renewKeys() []string { return []string{rw.keys[0], rw.keys[1], rw.keys[4]} }
 
 func (k *readKind) channel(*hold) string { return k.rw.keys[3] }
 func (k *readKind) shared() bool         { return true }
@@ -302,7 +326,7 @@ func (k *writeKind) undo(ctx context.Context, h *hold, acquired bool) {
 func (k *writeKind) renewal(h *hold) (*script, []string, []any) {
 	// A write hold's lease is its score among the holders' leases, as a
 	// read hold's is: its renewal is the readers' (see rwlib.lua).
-	return readRenewScript, k.rw.keys[:2], []any{h.field}
+	return readRenewScript, k.rw.renewKeys(), []any{h.field}
 }
 
 func (k *writeKind) channel(*hold) string { return k.rw.keys[3] }

@@ -103,12 +103,14 @@ func (s *script) run(ctx context.Context, via processor, keys []string, args ...
 	return s.send(ctx, via, len(keys), append(argv, args...))
 }
 
-// runBoxed is run with keys boxed already (see boxed): a lock's hot path
-// boxes its keys once, not at every call.
-func (s *script) runBoxed(ctx context.Context, via processor, keys []any, args ...any) *redis.Cmd {
-	argv := make([]any, 3, 3+len(keys)+len(args))
-	argv = append(argv, keys...)
-	return s.send(ctx, via, len(keys), append(argv, args...))
+// runIn is run with keys boxed already (see boxed), building the command in
+// buf, the caller's buffer for it, which no other call uses until the reply
+// has been read: a lock's hot path boxes its keys once, and uses its hold's
+// buffer (see hold.argv), so that a Lock+Unlock allocates no command of its
+// own.
+func (s *script) runIn(ctx context.Context, via processor, buf []any, keys []any, args ...any) *redis.Cmd {
+	argv := append(append(buf[:3], keys...), args...)
+	return s.send(ctx, via, len(keys), argv)
 }
 
 // send sends s with EVALSHA through via: argv is the whole command, its

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +91,8 @@ func TestInspect_AFairLineShowsEachWaitersSide(t *testing.T) {
 	srv.Do("PEXPIRE", "sku:42", 30000)
 	srv.Do("RPUSH", "redisson_lock_queue:{sku:42}", javaField, ours)
 	srv.Do("ZADD", "redisson_lock_timeout:{sku:42}", now+330000, javaField, now+630000, ours)
-	srv.Do("HSET", "seckillguard_fair_alive:{sku:42}", ours, strconv.FormatInt(now+30000, 10)+":300000")
+	srv.Do("ZADD", "seckillguard_fair_alive:{sku:42}", now+30000, ours)
+	srv.Do("HSET", "seckillguard_fair_wait:{sku:42}", ours, 300000)
 
 	out, err := cli(t, srv, "inspect", "sku:42")
 	if err != nil {

@@ -6,7 +6,7 @@
 -- is first, and acts on the unlock of a Mutex of the name from then on (a
 -- Mutex's release publishes on the Mutex's channel only).
 --
--- KEYS[1..5]  see fairlib.lua
+-- KEYS[1..6]  see fairlib.lua
 -- ARGV[1]     the owner field
 -- ARGV[2]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[3]     "1" to also drop a first-level hold of the owner (an
@@ -24,17 +24,16 @@ if ARGV[3] == '1' and redis.call('hget', KEYS[1], me) == '1' then
   redis.call('del', KEYS[1])
   dropped = true
 end
-purge(tonumber(ARGV[5]))
+local head = purge(tonumber(ARGV[5]))
 if dropped then
-  freed(ARGV[2])
+  freed(ARGV[2], head)
   return had
 end
-wake_head(ARGV[2], nil)
-if first then
-  local pttl = redis.call('pttl', KEYS[1])
-  local head = redis.call('lindex', KEYS[2], 0)
-  if pttl > 0 and head then
-    redis.call(ARGV[2], KEYS[4] .. ':' .. head, '-' .. pttl)
-  end
+if not head then return had end
+local pttl = redis.call('pttl', KEYS[1])
+if pttl == -2 then
+  redis.call(ARGV[2], KEYS[4] .. ':' .. head, 0)
+elseif first and pttl > 0 then
+  redis.call(ARGV[2], KEYS[4] .. ':' .. head, '-' .. pttl)
 end
 return had

@@ -2,7 +2,7 @@
 -- the lock and wakes the first live waiter on its own channel, and a waiter
 -- of a Mutex of the same name on the Mutex's channel.
 --
--- KEYS[1..5]  see fairlib.lua
+-- KEYS[1..6]  see fairlib.lua
 -- ARGV[1]     the owner field
 -- ARGV[2]     the hold count the owner believes it has before this call
 -- ARGV[3]     the publish command: "publish", or "spublish" on Redis Cluster
@@ -17,8 +17,7 @@ local expected = tonumber(ARGV[2])
 local clock = tonumber(ARGV[4])
 
 if held == 0 then
-  purge(clock)
-  wake_head(ARGV[3], nil)
+  wake_head(ARGV[3], purge(clock))
   return -1
 end
 if expected > 1 and held == expected - 1 then
@@ -26,8 +25,7 @@ if expected > 1 and held == expected - 1 then
 end
 if expected <= 1 or held <= 1 then
   redis.call('del', KEYS[1])
-  purge(clock)
-  freed(ARGV[3])
+  freed(ARGV[3], purge(clock))
   return 0
 end
 return redis.call('hincrby', KEYS[1], ARGV[1], -1)

@@ -1,6 +1,6 @@
 -- read_acquire.lua: take or re-enter a read hold of an RWMutex.
 --
--- KEYS[1..4]  see rwlib.lua
+-- KEYS[1..5]  see rwlib.lua
 -- ARGV[1]     lease in milliseconds; a re-entry only extends the owner's lease
 --             to it, never shortens it (0 = keep the lease: re-entry of a fixed lease)
 -- ARGV[2]     the owner's read field "<clientUUID>:<ownerID>"
@@ -25,24 +25,27 @@ local expected = tonumber(ARGV[4])
 
 purge(ARGV[5])
 
+-- extend moves the owner's lease to now + lease unless it ends later
+-- already (lease 0: keep it), and gives each of its levels a timeout key
+-- that ends with it (see rwlib.lua), so a Redisson read unlock counts it.
 local function extend()
   local mine = tonumber(redis.call('zscore', KEYS[2], me) or 0)
-  if mine >= now + lease then return end -- a re-entry never shortens a lease
+  set_timeouts(me, tonumber(redis.call('hget', KEYS[1], me) or 0), math.max(mine, now + lease) - now)
+  if lease == 0 or mine >= now + lease then return end -- a re-entry never shortens a lease
   redis.call('zadd', KEYS[2], now + lease, me)
-  local least = lease
-  if redis.call('hget', KEYS[1], 'mode') == 'write' then
-    -- A downgrade: the hash's expiry is the writer's lease, which a shorter
-    -- read lease must not cut short.
-    least = math.max(lease, redis.call('pttl', KEYS[1]))
+  -- The hash and our leases' set last at least this lease; a longer expiry
+  -- (another holder's lease, a writer's under a downgrade, a Redisson
+  -- reader's) is never cut short, so no other reader needs reading here.
+  for _, k in ipairs({KEYS[1], KEYS[2]}) do
+    if redis.call('pttl', k) < lease then redis.call('pexpire', k, lease) end
   end
-  hash_ttl(least)
 end
 
 local held = tonumber(redis.call('hget', KEYS[1], me) or 0)
 if expected > 0 then
   if held == 0 then return {-1, 0} end
   if held ~= expected + 1 then redis.call('hincrby', KEYS[1], me, 1) end
-  if lease > 0 then extend() end
+  extend()
   return {1, 0}
 end
 if held == 1 then

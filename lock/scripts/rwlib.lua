@@ -17,32 +17,112 @@
 --          it is alive. While it is not empty, new readers wait (the lock
 --          prefers writers).
 -- KEYS[4]  the unlock channel "redisson_rwlock:{<name>}"
+-- KEYS[5]  what every reader's timeout keys start with: "{<name>}" (the
+--          name itself when it holds a "{"). As in Redisson's
+--          RReadWriteLock, each level i of a read hold of field f has a key
+--          "<KEYS[5]>:<f>:rwlock_timeout:<i>" whose PTTL is that level's
+--          lease, and a read unlock sets the hash's expiry to the longest
+--          PTTL among every reader's timeout keys: a reader without them
+--          counts for nothing there. Ours have them too, each with the
+--          hold's lease (its score in KEYS[2]). These keys are named by the
+--          scripts from KEYS[5] and the fields, as Redisson names them;
+--          they share the lock's hash slot.
 local now = now_ms()
 
--- hash_ttl sets the lock's expiry to the end of the longest read lease, or at
+-- tkey returns the timeout key of level level of reader field f.
+local function tkey(f, level)
+  return KEYS[5] .. ':' .. f .. ':rwlock_timeout:' .. level
+end
+
+-- set_timeouts gives levels 1..levels of reader me timeout keys that expire
+-- in ms milliseconds, the hold's lease.
+local function set_timeouts(me, levels, ms)
+  if ms <= 0 then return end
+  for i = 1, levels do
+    redis.call('set', tkey(me, i), 1, 'px', ms)
+  end
+end
+
+-- drop_timeouts deletes the timeout keys of levels from..to of reader me.
+local function drop_timeouts(me, from, to)
+  for i = from, to do
+    redis.call('del', tkey(me, i))
+  end
+end
+
+-- longest_timeout returns the longest PTTL among the timeout keys of every
+-- reader in the hash, ours and Redisson's (-3 when there is none), as
+-- Redisson's read unlock computes it.
+local function longest_timeout()
+  local longest = -3
+  local all = redis.call('hgetall', KEYS[1])
+  for j = 1, #all, 2 do
+    local f, levels = all[j], tonumber(all[j + 1])
+    if levels and f ~= 'mode' and string.sub(f, -6) ~= ':write' then
+      for i = 1, levels do
+        local p = redis.call('pttl', tkey(f, i))
+        if p > longest then longest = p end
+      end
+    end
+  end
+  return longest
+end
+
+-- hash_ttl sets the lock's expiry to the end of the longest lease among our
+-- holders and every reader's timeout keys (a Redisson reader's too), or at
 -- least min_ms, and the readers' set to the same.
 local function hash_ttl(min_ms)
   local ttl = min_ms
   local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
   if last[2] and tonumber(last[2]) - now > ttl then ttl = tonumber(last[2]) - now end
+  local longest = longest_timeout()
+  if longest > ttl then ttl = longest end
   if ttl > 0 then
     redis.call('pexpire', KEYS[1], ttl)
     redis.call('pexpire', KEYS[2], ttl)
   end
 end
 
--- purge drops holders whose lease ended and writers that stopped waiting.
--- When that frees the lock, or leaves only readers where a writer held, it
--- wakes the waiters (publish: the command).
+-- lapsed says whether reader field f, holding levels levels, has no lease
+-- left anywhere: none in our leases and no timeout key with time left. That
+-- is a reader Redisson's read unlock counts for nothing: one of Redisson's
+-- that died, or one of ours whose leases' set expired while a Redisson
+-- reader kept the hash alive. A reader in our leases is judged by its lease
+-- there alone (a reader of ours without timeout keys counts until its lease
+-- ends).
+local function lapsed(f, levels)
+  if redis.call('zscore', KEYS[2], f) then return false end
+  for i = levels, 1, -1 do
+    if redis.call('pttl', tkey(f, i)) > 0 then return false end
+  end
+  return true
+end
+
+-- purge drops holders whose lease ended, readers that lapsed (see lapsed)
+-- and writers that stopped waiting. When that frees the lock, or leaves only
+-- readers where a writer held, it wakes the waiters (publish: the command).
 local function purge(publish)
   local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-  if #dead > 0 then
-    local writer = false
-    for _, f in ipairs(dead) do
-      redis.call('hdel', KEYS[1], f)
-      if string.sub(f, -6) == ':write' then writer = true end
+  local writer = false
+  for _, f in ipairs(dead) do
+    if string.sub(f, -6) == ':write' then
+      writer = true
+    else
+      drop_timeouts(f, 1, tonumber(redis.call('hget', KEYS[1], f) or 0))
     end
-    redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+    redis.call('hdel', KEYS[1], f)
+  end
+  redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+  local gone = #dead
+  local all = redis.call('hgetall', KEYS[1])
+  for j = 1, #all, 2 do
+    local f, levels = all[j], tonumber(all[j + 1])
+    if levels and f ~= 'mode' and string.sub(f, -6) ~= ':write' and lapsed(f, levels) then
+      redis.call('hdel', KEYS[1], f)
+      gone = gone + 1
+    end
+  end
+  if gone > 0 then
     if redis.call('hlen', KEYS[1]) <= 1 then
       redis.call('del', KEYS[1], KEYS[2])
       redis.call(publish, KEYS[4], 0)

@@ -1,8 +1,8 @@
 -- write_acquire.lua: take or re-enter the write hold of an RWMutex, or keep
 -- the owner's place among the waiting writers (which keeps new readers out).
 --
--- KEYS[1..4]  see rwlib.lua
--- KEYS[5]     the token counter "redisson_lock_token:{<name>}"
+-- KEYS[1..5]  see rwlib.lua
+-- KEYS[6]     the token counter "redisson_lock_token:{<name>}"
 -- ARGV[1]     lease in milliseconds; a re-entry only extends the hold to it,
 --             never shortens it (0 = keep the expiry: re-entry of a fixed lease)
 -- ARGV[2]     the owner's write field "<clientUUID>:<ownerID>:write"
@@ -44,7 +44,7 @@ if held == 1 then
   redis.call('zadd', KEYS[2], now + lease, me)
   hash_ttl(lease)
   redis.call('zrem', KEYS[3], me)
-  return {1, tonumber(redis.call('get', KEYS[5]) or 0)}
+  return {1, tonumber(redis.call('get', KEYS[6]) or 0)}
 end
 
 local mode = redis.call('hget', KEYS[1], 'mode')
@@ -54,7 +54,7 @@ if mode == false and redis.call('exists', KEYS[1]) == 0 then
   redis.call('zadd', KEYS[2], now + lease, me)
   hash_ttl(lease)
   redis.call('zrem', KEYS[3], me)
-  return {1, issue_token(KEYS[5], 0, 1, ARGV[7])}
+  return {1, issue_token(KEYS[6], 0, 1, ARGV[7])}
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
   return {-2, 0}

@@ -1,7 +1,7 @@
 -- write_leave.lua: a writer that gives up waiting leaves the line; when no
 -- writer waits any more, the readers it kept out are woken.
 --
--- KEYS[1..4]  see rwlib.lua
+-- KEYS[1..5]  see rwlib.lua
 -- ARGV[1]     the owner's write field
 -- ARGV[2]     the publish command: "publish", or "spublish" on Redis Cluster
 -- ARGV[3]     "1" to also drop a first-level write hold of the owner (an

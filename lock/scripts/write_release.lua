@@ -2,7 +2,7 @@
 -- last level frees the lock, or leaves it to the owner's own read holds (a
 -- downgrade), and publishes Redisson's message "1": readers may enter.
 --
--- KEYS[1..4]  see rwlib.lua
+-- KEYS[1..5]  see rwlib.lua
 -- ARGV[1]     the owner's write field
 -- ARGV[2]     the write hold count the owner believes it has before this call
 -- ARGV[3]     the publish command: "publish", or "spublish" on Redis Cluster

@@ -13,7 +13,8 @@ import (
 // The single-key acquire path: every Mutex, FairMutex, RWMutex side and
 // Semaphore acquisition goes through engine.acquire, which takes a hold
 // afresh (waitFor, then establish) or re-enters the one the context
-// carries, and the checks and script arguments every kind starts with.
+// carries, and the checks every kind starts with; one attempt and its
+// script arguments are in attempt.go.
 
 // A handle is what every lock value starts its operations with: its Client,
 // its name and what was wrong with it when it was made, which every

@@ -10,7 +10,7 @@ import (
 // hold the context carries (releaseLevel), hands the last one over when a
 // waiter of the Client can take it (handover.go), records the outcome
 // (settle) and retries a failed final release in the background
-// (releaseLater) until the hold's lease ends.
+// (releaseLater) until the hold's lease ends: those two in settle.go.
 
 // parentEnded releases h, every level of it, because the context it was
 // taken with ended: as its final Unlock would, handing it to a waiter of

@@ -22,8 +22,8 @@ package lock
 
 // An engine is a Client's lock machinery: its link to Redis, its waiting
 // lines, its hold table and its watchdog, each the sole owner of its state.
-// The acquisition (acquire.go, wait.go), the release (release.go) and the
-// handover (handover.go) are its methods; every lock value reaches it
+// The acquisition (acquire.go, attempt.go, wait.go), the release
+// (release.go, settle.go) and the handover (handover.go) are its methods; every lock value reaches it
 // through its Client.
 type engine struct {
 	*link

@@ -2,7 +2,7 @@ package lock
 
 // The package from the bottom up, in layers, each using only the layers
 // before it but for one loop: a hold and its table reach up to the engine
-// they belong to (hold.c, and the release at the end of a parent context).
+// they belong to (hold.c), and the watchdog and a hold know each other.
 //
 //   - errors.go, names.go, replicas.go, inspection.go, observer.go,
 //     options.go: errors, key names, and the vocabulary of the options, the

@@ -105,3 +105,23 @@ func (c *engine) releaseLevel(ctx context.Context, h *hold) error {
 	}
 	return c.settle(h, renewed, left, err)
 }
+
+// tieToParent makes h end with the context it was taken with: when that
+// context ends, h is released as if its final Unlock had come (see
+// parentEnded). It costs no goroutine while h is held, and nothing for a
+// context that never ends.
+func (h *hold) tieToParent() {
+	if h.parent.Done() == nil {
+		return
+	}
+	stop := context.AfterFunc(h.parent, h.parentEnded)
+	t := &h.c.holds
+	t.mu.Lock()
+	if h.pinned {
+		h.stopLife, stop = stop, nil
+	}
+	t.mu.Unlock()
+	if stop != nil { // lost or released meanwhile
+		stop()
+	}
+}

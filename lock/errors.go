@@ -53,7 +53,9 @@ var (
 
 	// ErrInvalid reports bad input: a nil Redis client or context, an empty
 	// or malformed lock name, a negative wait, a lease or timeout that is not
-	// positive.
+	// positive, a name whose keys in Redis hold another kind of lock or
+	// object (a Semaphore on a Redisson RSemaphore's name, say: the error
+	// keeps Redis's WRONGTYPE reply as its cause).
 	ErrInvalid error = &refusal{"lock: invalid argument"}
 
 	// ErrUnavailable reports a Redis that could not be reached or could not
@@ -102,18 +104,30 @@ func because(err, cause error) error { return &chain{err: err, cause: cause} }
 // matches ErrUnavailable with err as its cause, when it is one: anything but
 // an error of this package, the end of the caller's context and an error
 // reply of the server other than one that says it cannot serve now
-// (LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY). Other error
-// replies (a script error, a key of another type) are returned as they are.
+// (LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY). A reply
+// that a key holds another type of value is returned as errOtherKind with
+// the reply as its cause; other error replies (a script error) are returned
+// as they are.
 func unavailable(err error) error {
 	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || ours(err) {
 		return err
 	}
 	var reply redis.Error
-	if errors.As(err, &reply) && !unservable(reply.Error()) {
-		return err
+	if errors.As(err, &reply) {
+		switch msg := reply.Error(); {
+		case strings.Contains(msg, "WRONGTYPE"):
+			return because(errOtherKind, err)
+		case !unservable(msg):
+			return err
+		}
 	}
 	return &outage{cause: err}
 }
+
+// errOtherKind is the error of a call on a name whose keys hold the data of
+// another kind: two kinds of this package, or one of ours and a Redisson
+// object whose keys differ (an RSemaphore's counter, say), use one name.
+var errOtherKind = fmt.Errorf("%w: the name's keys hold another kind of lock or object (two kinds share the name)", ErrInvalid)
 
 // An outage is a Redis call's failure err that matches ErrUnavailable.
 type outage struct{ cause error }

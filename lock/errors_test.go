@@ -165,3 +165,45 @@ func TestClient_ErrSaysWhyItCannotBeUsed(t *testing.T) {
 		t.Errorf("Err of a nil Client = %v, want ErrInvalid", err)
 	}
 }
+
+// A name whose keys hold another kind's data (a Semaphore's sorted set
+// under a Mutex, a Redisson RSemaphore's counter under a Semaphore) fails at
+// the first call with an error that says so and matches ErrInvalid, never
+// ErrNotAcquired and never an outage; Redis's WRONGTYPE reply is kept as
+// its cause.
+func TestErrors_ANameOfAnotherKindSaysSo(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := instances(t, srv, 1, lock.WithNamespace("ns"))[0]
+	rdb := srv.Client()
+	ctx := context.Background()
+	rdb.Set(ctx, "ns:counted", "2", 0)                                // a Redisson RSemaphore's permits
+	rdb.ZAdd(ctx, "ns:permits", redis.Z{Score: 1, Member: "someone"}) // a Semaphore's holders
+	rdb.Set(ctx, "ns:plain", "x", 0)
+	check := func(what string, err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			t.Errorf("%s on a name of another kind succeeded", what)
+		case !errors.Is(err, lock.ErrInvalid) || errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, lock.ErrUnavailable):
+			t.Errorf("%s on a name of another kind: %v, want an error matching ErrInvalid only", what, err)
+		case !strings.Contains(err.Error(), "another kind") || !strings.Contains(err.Error(), "WRONGTYPE"):
+			t.Errorf("%s on a name of another kind reads %q: want it to say so, with Redis's reply", what, err)
+		}
+	}
+	_, err := c.Semaphore("counted", 2).TryAcquire(ctx, 0)
+	check("Semaphore.TryAcquire", err)
+	_, err = c.Semaphore("counted", 2).Acquire(ctx)
+	check("Semaphore.Acquire", err)
+	_, err = c.Mutex("permits").TryLock(ctx, 0)
+	check("Mutex.TryLock", err)
+	_, err = c.Mutex("permits").Lock(ctx)
+	check("Mutex.Lock", err)
+	_, err = c.FairMutex("plain").TryLock(ctx, 0)
+	check("FairMutex.TryLock", err)
+	_, err = c.RWMutex("plain").RLock(ctx)
+	check("RWMutex.RLock", err)
+	_, err = c.RWMutex("plain").Lock(ctx)
+	check("RWMutex.Lock", err)
+	_, err = c.MultiLock("plain", "other").TryLock(ctx, 0)
+	check("MultiLock.TryLock", err)
+}

@@ -4,24 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/ctxend"
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
 // The single-key acquire path: every Mutex, FairMutex, RWMutex side and
-// Semaphore acquisition goes through Client.acquire, which takes a hold
+// Semaphore acquisition goes through engine.acquire, which takes a hold
 // afresh (waitFor, then establish) or re-enters the one the context
-// carries, and the checks and script arguments every kind starts with.
+// carries, and the checks every kind starts with; one attempt and its
+// script arguments are in attempt.go.
 
 // A handle is what every lock value starts its operations with: its Client,
 // its name and what was wrong with it when it was made, which every
 // operation reports.
 type handle struct {
-	c        *Client
+	c        *engine
 	name     string // the full Redis name, namespace included: errors and logs show it
 	given    string // the name as given: Name returns it
 	checkErr error
@@ -56,7 +55,7 @@ func checkWait(name string, wait time.Duration) error {
 // acquire takes a hold of role on key through kind k for an acquisition of
 // its own, or re-enters the hold ctx carries under hk (see heldKey): the one
 // way every single-key lock type locks. wait < 0 waits without bound.
-func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
+func (c *engine) acquire(ctx context.Context, k kind, key string, r role, hk any, name string, wait time.Duration, opts []LockOption) (context.Context, error) {
 	if ctx == nil {
 		return ctx, noContext(name)
 	}
@@ -100,7 +99,7 @@ func (c *Client) acquire(ctx context.Context, k kind, key string, r role, hk any
 }
 
 // reenterVia adds a level to h, the hold ctx carries, with the options lo.
-func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (context.Context, error) {
+func (c *engine) reenterVia(ctx context.Context, h *hold, lo lockOptions) (context.Context, error) {
 	c.holds.refAgain(h)
 	defer c.holds.unref(h)
 	if err := h.enter(ctx); err != nil {
@@ -118,98 +117,10 @@ func (c *Client) reenterVia(ctx context.Context, h *hold, lo lockOptions) (conte
 	return c.reenter(ctx, h, lo.lease)
 }
 
-// attempt runs one acquisition attempt of h, with the replica
-// acknowledgement h asks for. An attempt whose outcome is unknown (the call
-// may have been applied and only its reply lost, or the caller gave up while
-// it was under way) is undone, so that a lock nobody knows it holds does not
-// block everyone until its lease ends.
-func (c *Client) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
-	var via processor = c.rdb
-	var conn *redis.Conn
-	if h.ack.replicas > 0 {
-		var err error
-		if conn, err = c.conn(ctx, h.id.key); err != nil {
-			return false, 0, c.attemptFailed(ctx, h, err)
-		}
-		defer conn.Close()
-		via = conn
-	}
-	ok, retry, err := h.kind.attempt(ctx, via, h)
-	if err != nil {
-		return false, 0, c.attemptFailed(ctx, h, err)
-	}
-	if ok && conn != nil {
-		if err := c.confirmReplicas(ctx, conn, h.ack); err != nil {
-			c.forget(ctx, h, true)
-			return false, 0, failed(ctx, h.name, err)
-		}
-	}
-	if ok && h.lapsed(time.Now()) {
-		// The reply came after the lease it set had run out, counted from
-		// when the attempt was sent (h.start): the key may be gone, or
-		// anyone's by now. Not an acquisition: what is left of it goes, and
-		// the lock, free a moment ago, is tried again at once.
-		c.forget(ctx, h, true)
-		return false, 0, nil
-	}
-	return ok, retry, nil
-}
-
-// lapsed reports whether the lease of h's first acquisition, sent at
-// h.start, has run out at now: a fixed lease by its end, a watchdog's
-// lease by the watchdog's margin before it, when the watchdog would
-// declare it lost at once (see expireOverdue).
-func (h *hold) lapsed(now time.Time) bool {
-	end := h.start.Add(h.lease)
-	if !h.fixed {
-		end = end.Add(-h.c.dog.expiryMargin())
-	}
-	return !now.Before(end)
-}
-
-// attemptFailed handles an attempt that failed with err.
-func (c *Client) attemptFailed(ctx context.Context, h *hold, err error) error {
-	if outcomeUnknown(err) {
-		c.forget(ctx, h, true)
-	}
-	return failed(ctx, h.name, err)
-}
-
-// forget undoes what an acquisition of h that did not complete may have left
-// in Redis, within a second and even if ctx has ended.
-func (c *Client) forget(ctx context.Context, h *hold, acquired bool) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	if h.queued {
-		c.dog.remove(h.waiting)
-	}
-	h.kind.undo(rctx, h, acquired)
-	h.queued = false
-}
-
-// inLine records that h's owner has a place in a wait line in Redis, which
-// the watchdog keeps alive with script (the kind's batch script for places in
-// line, given h's keys and args) until the owner acquires or gives up. Each
-// attempt that leaves the owner in line calls it again: the attempt itself
-// renewed the place.
-func (c *Client) inLine(h *hold, script *script, keys []string, args []any) {
-	if h.waiting == nil {
-		channel := h.kind.channel(h)
-		h.waiting = &renewal{script: script, keys: keys, args: args, lost: func(string) {
-			// The place was given away: this process stalled for longer
-			// than the watchdog timeout. The next attempt queues again at
-			// the end of the line; make it now.
-			c.deliver(channel)
-		}}
-	}
-	h.queued = true
-	c.dog.add(h.waiting, time.Now().Add(c.opts.watchdogTimeout))
-}
-
 // establish makes h held after its first acquisition, which was sent at
 // start. The caller then ties it to ctx's end (tieToParent), unless a
 // compound lock releases it with its other locks.
-func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
+func (c *engine) establish(ctx context.Context, h *hold, start time.Time) {
 	if h.queued {
 		c.dog.remove(h.waiting)
 		h.queued = false
@@ -242,7 +153,7 @@ func (c *Client) establish(ctx context.Context, h *hold, start time.Time) {
 // from this call (its context then ends at the later of the two deadlines)
 // and does nothing to a hold the watchdog renews. Without one the hold keeps
 // its lease as it is (a fixed one its deadline).
-func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
+func (c *engine) reenter(ctx context.Context, h *hold, lease time.Duration) (context.Context, error) {
 	if c.holds.isLost(h) {
 		return ctx, lostHold(h)
 	}
@@ -282,7 +193,7 @@ func (c *Client) reenter(ctx context.Context, h *hold, lease time.Duration) (con
 // dropOwner removes h's owner from Redis, whatever count it has there, within
 // a second and even if ctx has ended: the hold ended while a call that added
 // to it was on its way.
-func (c *Client) dropOwner(ctx context.Context, h *hold) {
+func (c *engine) dropOwner(ctx context.Context, h *hold) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	levels := h.levels
@@ -295,28 +206,6 @@ func (c *Client) dropOwner(ctx context.Context, h *hold) {
 	}
 }
 
-// leaseArgs returns the script arguments of h's lease for a first
-// acquisition and for a re-entry: for a fixed hold the lease a re-entry asks
-// for (WithLease), which the scripts apply only where it lasts longer than
-// the lease left, or else "0", which keeps its deadline; for a hold the
-// watchdog renews its lease, as a renewal would set it.
-func (c *Client) leaseArgs(h *hold) (first, again any) {
-	first = c.leaseArg(h.lease)
-	switch {
-	case h.fixed && h.relet > 0:
-		return first, c.leaseArg(h.relet)
-	case h.fixed:
-		return first, "0"
-	}
-	return first, first
-}
-
-// msArg returns d as a script argument: its whole milliseconds, in decimal.
-// Every duration a script is given goes through it (leases, timeouts,
-// expiries), so that they all read it alike (tonumber, or passed on to
-// PEXPIRE as it is).
-func msArg(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-
 // prepare sets what a first acquisition of h through k with the options lo
 // needs: its kind, and its lease, lo's (fixed: nothing renews it) or else the
 // watchdog timeout of h's Client.
@@ -327,47 +216,6 @@ func (h *hold) prepare(k kind, lo lockOptions) {
 	if h.fixed {
 		h.lease = lo.lease
 	}
-}
-
-// A pairReply is the reply {status, value} of the acquire scripts of the
-// FairMutex, the RWMutex and the Semaphore: status 1 is an acquisition
-// (value: its token, 0 for kinds without), 0 a lock held by others (value:
-// its remaining lease, as retryAfter reads it); each script says what its
-// other statuses mean.
-type pairReply struct {
-	status, value int64
-	vals          []int64 // the reply as it came, for errors
-}
-
-// readPair reads a pairReply from cmd.
-func readPair(cmd *redis.Cmd) (pairReply, error) {
-	vals, err := cmd.Int64Slice()
-	r := pairReply{vals: vals}
-	if len(vals) == 2 {
-		r.status, r.value = vals[0], vals[1]
-	}
-	return r, err
-}
-
-// is reports whether r is a well-formed reply of the given status.
-func (r pairReply) is(status int64) bool { return len(r.vals) == 2 && r.status == status }
-
-// unexpected is the error for a reply of no known shape from the script
-// named what.
-func (r pairReply) unexpected(what string) error {
-	return fmt.Errorf("unexpected reply %v from the %s script", r.vals, what)
-}
-
-// retryAfter turns the PTTL an acquire script reported into how long to wait
-// for an unlock message at most.
-func retryAfter(c *Client, pttl int64) time.Duration {
-	switch {
-	case pttl == -1: // a key without expiry: not written by a lock; look again after a watchdog timeout
-		return c.opts.watchdogTimeout
-	case pttl < 0: // gone meanwhile
-		return 0
-	}
-	return time.Duration(pttl) * time.Millisecond
 }
 
 // levelContext returns the context of a re-entry of h made with ctx, which
@@ -386,7 +234,7 @@ func (h *hold) levelContext(ctx context.Context) context.Context {
 
 // leaseArg returns the script argument for a lease of d (see msArg), boxed
 // once for the watchdog timeout, the lease of most holds.
-func (c *Client) leaseArg(d time.Duration) any {
+func (c *link) leaseArg(d time.Duration) any {
 	if d == c.opts.watchdogTimeout {
 		return c.leaseMS
 	}

@@ -35,7 +35,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,34 +46,9 @@ import (
 // A Client is safe for concurrent use; create one per Redis deployment and
 // process, and Close it when done.
 type Client struct {
-	rdb      redis.UniversalClient
-	id       string // Redisson's connection manager id: the first half of every owner field
-	cluster  bool   // Redis Cluster: shard channels, renewals grouped by slot
-	publish  any    // "publish" or "spublish", boxed once: it is an argument of most scripts
-	leaseMS  any    // the watchdog timeout as a script argument (msArg), boxed once
-	tokenTTL any    // the token counters' idle expiry in milliseconds, "0" for none (WithTokenExpiry)
-	opts     clientOptions
-	err      error // set when New got bad input; returned by every operation
+	*engine // the parts: link, waiting lines, hold table, watchdog
 
-	owners atomic.Int64 // the last owner id handed out
-
-	holds holdTable // every hold of the Client, by id
-
-	qmu    sync.Mutex
-	queues map[string]*waitQueue    // by unlock channel
-	nqueue atomic.Int32             // len(queues), set under qmu: 0 lets an uncontended Lock and Unlock skip qmu (see queued)
-	relays map[string]map[relay]int // unlock channels forwarded to other Clients' queues
-
-	subs *subscriber
-	dog  *watchdog
-
-	life      context.Context // cancelled by Close; parent of the Client's own calls
-	end       context.CancelFunc
-	done      <-chan struct{} // life.Done()
 	closeOnce sync.Once
-	bgmu      sync.Mutex
-	closing   bool           // guarded by bgmu: no new background goroutine
-	bg        sync.WaitGroup // background goroutines, waited for by Close
 }
 
 // New returns a Client that locks through rdb: a *redis.Client (single node or
@@ -83,14 +57,11 @@ type Client struct {
 // New never panics on bad input: a nil rdb or an invalid option makes every
 // operation of the returned Client fail with an error wrapping ErrInvalid.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{
+	c := &link{
 		rdb:     rdb,
 		id:      uuid.NewString(),
 		publish: "publish",
 		opts:    defaultClientOptions(),
-		holds:   newHoldTable(),
-		queues:  make(map[string]*waitQueue),
-		relays:  make(map[string]map[relay]int),
 	}
 	c.life, c.end = context.WithCancel(context.Background())
 	c.done = c.life.Done()
@@ -117,9 +88,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	case *redis.Ring:
 		c.err = fmt.Errorf("%w: redis.Ring is not supported (use a single node, Sentinel or Cluster client)", ErrInvalid)
 	}
-	c.subs = newSubscriber(c)
-	c.dog = newWatchdog(c)
-	return c
+	return &Client{engine: newEngine(c)}
 }
 
 // ID returns the Client's unique id, the "<clientUUID>" part of the owner
@@ -129,7 +98,41 @@ func (c *Client) ID() string { return c.id }
 // Mutex returns the reentrant lock called name. It does no I/O; an invalid
 // name is reported by the first operation on the Mutex.
 func (c *Client) Mutex(name string) *Mutex {
-	return newMutex(c, name)
+	return newMutex(c.part(), name)
+}
+
+// FairMutex returns the fair lock called name. It does no I/O; an invalid
+// name is reported by the first operation.
+func (c *Client) FairMutex(name string) *FairMutex {
+	return newFairMutex(c.part(), name)
+}
+
+// RWMutex returns the reader/writer lock called name. It does no I/O; an
+// invalid name is reported by the first operation.
+func (c *Client) RWMutex(name string) *RWMutex {
+	return newRWMutex(c.part(), name)
+}
+
+// Semaphore returns the semaphore called name with permits permits. It does
+// no I/O; an invalid name or a permits count below 1 is reported by the first
+// operation (ErrInvalid).
+func (c *Client) Semaphore(name string, permits int) *Semaphore {
+	return newSemaphore(c.part(), name, permits)
+}
+
+// MultiLock returns the lock over all the names. It does no I/O; no names or
+// an invalid name is reported by the first operation (ErrInvalid).
+func (c *Client) MultiLock(names ...string) *MultiLock {
+	return newMultiLock(c.part(), names...)
+}
+
+// part returns the engine of c, nil for a nil Client: the lock values of a
+// nil Client report ErrInvalid from their first operation.
+func (c *Client) part() *engine {
+	if c == nil {
+		return nil
+	}
+	return c.engine
 }
 
 // Close stops the watchdog and the subscriptions. Locks still held are not
@@ -139,10 +142,7 @@ func (c *Client) Mutex(name string) *Mutex {
 // Client's background goroutines and is safe to call more than once.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		c.bgmu.Lock()
-		c.closing = true
-		c.bgmu.Unlock()
-		c.end()
+		c.stopBackground()
 		c.subs.close()
 		for _, h := range c.holds.held() {
 			if c.holds.lose(h) {
@@ -152,16 +152,6 @@ func (c *Client) Close() error {
 	})
 	c.bg.Wait()
 	return nil
-}
-
-// closed reports whether Close has been called.
-func (c *Client) closed() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // Err reports whether the Client can be used: nil when it can, otherwise
@@ -177,13 +167,7 @@ func (c *Client) usable() error {
 	if c == nil {
 		return fmt.Errorf("%w: nil lock client", ErrInvalid)
 	}
-	if c.err != nil {
-		return c.err
-	}
-	if c.closed() {
-		return ErrClosed
-	}
-	return nil
+	return c.link.usable()
 }
 
 // Namespace returns the namespace every lock name of the Client is
@@ -203,30 +187,6 @@ func (c *Client) Key(name string) string {
 		return name
 	}
 	return c.key(name)
-}
-
-// key returns the Redis key of the lock called name.
-func (c *Client) key(name string) string {
-	if c.opts.namespace == "" {
-		return name
-	}
-	return c.opts.namespace + ":" + name
-}
-
-// goBackground runs f in a goroutine that Close waits for. It reports false,
-// and does not run f, once the Client is closing.
-func (c *Client) goBackground(f func()) bool {
-	c.bgmu.Lock()
-	defer c.bgmu.Unlock()
-	if c.closing {
-		return false
-	}
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
-		f()
-	}()
-	return true
 }
 
 // WatchdogTimeout returns the lease of the locks this Client holds without

@@ -73,24 +73,3 @@ func awaitSlotMap(ctx context.Context, cc *redis.ClusterClient, key string, d ti
 		}
 	}
 }
-
-// redial sends the call argv of s again through cc after cmd, its last
-// sending, could not dial the node of its first key: once the slot map was
-// reloaded, and again with a growing pause while the map still names a node
-// that cannot be dialled, until ctx's deadline or for redialFor at most.
-func (s *script) redial(ctx context.Context, cc *redis.ClusterClient, nkeys int, argv []any, cmd *redis.Cmd) *redis.Cmd {
-	key, _ := argv[3].(string)
-	until := time.Now().Add(redialFor)
-	if d, ok := ctx.Deadline(); ok && d.Before(until) {
-		until = d
-	}
-	for pause := 20 * time.Millisecond; notSent(cmd.Err()); pause = min(2*pause, time.Second) {
-		left := time.Until(until)
-		if left <= 0 || ctx.Err() != nil {
-			break
-		}
-		awaitSlotMap(ctx, cc, key, min(pause, left))
-		cmd = s.process(ctx, cc, nkeys, argv)
-	}
-	return cmd
-}

@@ -70,9 +70,9 @@ func enterParts(ctx context.Context, name string, locks []*Mutex, order []int, o
 		p.holds[i] = c.holds.ref(c, holdID{m.key, exclusive, owner}, m.hk, m.name)
 	}
 	for n := range p.holds {
-		if p.holds[at(order, n)].enter(ctx) != nil {
+		if p.holds[partAt(order, n)].enter(ctx) != nil {
 			for k := range n {
-				p.holds[at(order, k)].leave()
+				p.holds[partAt(order, k)].leave()
 			}
 			unrefAll(p.holds)
 			return nil, ctxErr(name, ctx)
@@ -161,9 +161,9 @@ func endCarried(h *hold, n int) {
 	}
 }
 
-// at returns the index of the n-th part in order: order[n], or n for the
+// partAt returns the index of the n-th part in order: order[n], or n for the
 // parts' own order (nil).
-func at(order []int, n int) int {
+func partAt(order []int, n int) int {
 	if order == nil {
 		return n
 	}

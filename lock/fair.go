@@ -8,15 +8,6 @@ import (
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
-// Redisson's names for a fair lock's wait line, and the key of ours beside
-// it (see fairlib.lua).
-const (
-	queuePrefix   = "redisson_lock_queue"
-	timeoutPrefix = "redisson_lock_timeout"
-	alivePrefix   = "seckillguard_fair_alive" // our waiters' liveness; Redisson never reads it
-	waitPrefix    = "seckillguard_fair_wait"  // our waiters' waits; likewise
-)
-
 // foreignLook is how long a waiter that finds the lock free with a foreign
 // waiter first in line waits before it looks again: a live one takes the lock
 // within a round trip, so one still first then is taken to be stuck, which
@@ -77,9 +68,9 @@ type FairMutex struct {
 	aliveKeys []string // liveness, waits, deadlines: the watchdog's fair_alive.lua
 }
 
-// FairMutex returns the fair lock called name. It does no I/O; an invalid
-// name is reported by the first operation.
-func (c *Client) FairMutex(name string) *FairMutex {
+// newFairMutex returns the FairMutex of the engine c (nil: of a nil Client): see
+// Client.FairMutex.
+func newFairMutex(c *engine, name string) *FairMutex {
 	f := &FairMutex{m: newMutex(c, name)}
 	if f.m.checkErr == nil {
 		k := f.m.key
@@ -182,7 +173,7 @@ func (f *fairWaiter) attempt(ctx context.Context, via processor, h *hold) (bool,
 			return false, f.stuck(ctx, h, time.Duration(r.value)*time.Millisecond), nil
 		}
 		f.stalled = time.Time{}
-		return false, retryAfter(c, r.value), nil
+		return false, retryAfter(c.link, r.value), nil
 	}
 	return false, 0, r.unexpected("fair acquire")
 }

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
@@ -13,50 +12,13 @@ import (
 // of its Client (transfer.lua), without freeing it, in turns bounded by
 // cohortLimit so that the other Clients get the lock too.
 
-// A grant is a waiter's side of the handovers (see cohortLimit). h is the
-// hold the waiter acquires, nil for the locks of several keys (MultiLock,
-// RedLock); only holds whose kind can hand over (handing) are ever handed
-// the lock. A releaser reads only the fields of h that do not change while
-// it waits, and sets up h's renewal at a handover (see handOff). Guarded by
-// Client.qmu.
-type grant struct {
-	h        *hold
-	reserved bool          // a releaser is handing the lock over to this waiter
-	trying   bool          // the waiter is trying to acquire by itself: no handover to it meanwhile
-	granted  bool          // the lock was handed over: it is held for h
-	grantTok fencing.Token // the token the handover gave h
-	grantTop fencing.Token // the last token reserved for h's run of handovers (see tokenBlock)
-	grantAt  time.Time     // when h's lease began: the handover was sent, or the releaser's lease began
-	leaving  bool          // the waiter gave up: no handover any more
-}
-
-// A handing kind can hand its lock from a holder straight to a waiter of the
-// same Client (see cohortLimit).
-type handing interface {
-	kind
-	// transfer hands the lock from from, at its final release, to to,
-	// setting a new lease when lease > 0 and keeping the lock's expiry
-	// otherwise. It returns to's token and the last token reserved for
-	// to's run of handovers, or a negative token when from does not hold
-	// the lock any more.
-	transfer(ctx context.Context, from, to *hold, lease time.Duration) (tok, top fencing.Token, err error)
-	// abort frees the lock after a transfer from from to to whose outcome
-	// is unknown, whichever of the two holds it, in one call: the transfer
-	// may still be on its way, and finding from's field gone it then
-	// changes nothing.
-	abort(ctx context.Context, from, to *hold) error
-	// probe reports whether h's lock is free, with one command, and if not,
-	// how long to wait for an unlock message at most.
-	probe(ctx context.Context, h *hold) (bool, time.Duration, error)
-}
-
 // handOver releases h's last level by handing the lock to waiter w. until,
 // when set, is when h's lease ends unless the watchdog renews it: a waiter
 // the watchdog renews too keeps that lease when enough of it is left,
 // rather than have the handover set it anew, and when h has a token left in
 // its block for w too, w is woken before the transfer is sent
 // (handOverAhead).
-func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Time, renewed bool) error {
+func (c *engine) handOver(ctx context.Context, h *hold, w *waiter, until time.Time, renewed bool) error {
 	at := time.Now()
 	lease := w.h.lease
 	if !until.IsZero() && !w.h.fixed && w.h.lease == h.lease && until.Sub(at) > lease/2 {
@@ -115,7 +77,7 @@ func (c *Client) handOver(ctx context.Context, h *hold, w *waiter, until time.Ti
 // token (from h's block, below every token issued after the block) is
 // refused by the writes of whoever holds the lock next. h's release is
 // decided as w is woken: h's context has ended by then.
-func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
+func (c *engine) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.Time, tok, top fencing.Token, renewed bool) error {
 	p := &inflightHandover{done: make(chan struct{}), lost: make(chan struct{})}
 	until := at.Add(w.h.lease)
 	w.h.setRenewal()
@@ -175,7 +137,7 @@ func (c *Client) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.
 }
 
 // handedOn completes h's release by a handover that succeeded.
-func (c *Client) handedOn(h *hold, renewed bool) error {
+func (c *engine) handedOn(h *hold, renewed bool) error {
 	err := c.settle(h, renewed, 0, nil)
 	// The new holder runs first, as sync.Mutex hands over when starving:
 	// on a hot key the handovers are the critical path, and whatever the
@@ -187,7 +149,7 @@ func (c *Client) handedOn(h *hold, renewed bool) error {
 
 // abortTransfer frees the lock after a transfer from h to to whose outcome
 // is unknown (see handing.abort), within a second.
-func (c *Client) abortTransfer(ctx context.Context, h, to *hold) error {
+func (c *engine) abortTransfer(ctx context.Context, h, to *hold) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	return h.kind.(handing).abort(rctx, h, to)
@@ -202,47 +164,12 @@ func reservedNext(h *hold) (tok, top fencing.Token, ok bool) {
 	return 0, 0, false
 }
 
-// An inflightHandover is a handover whose waiter was woken before its
-// transfer reached Redis (see handOverAhead). done is closed once the
-// outcome is known, lost once the hold is known lost (see holdTable.lose);
-// a hold's semaphore is entered only after one of them (see hold.enter),
-// so that no call on its field overtakes the transfer, and a lost hold
-// answers at once however long the transfer's call still waits.
-type inflightHandover struct {
-	done     chan struct{}
-	lost     chan struct{}
-	lostOnce sync.Once
-
-	mu      sync.Mutex
-	settled bool // the outcome is known
-	ok      bool // the transfer succeeded: the lock is the waiter's in Redis
-	stray   bool // it failed, but may have left the waiter's field in the lock
-}
-
-// outcome reports whether p's outcome is known, and if so whether the
-// transfer succeeded, and if not whether the waiter's field may be left.
-func (p *inflightHandover) outcome() (settled, ok, stray bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.settled, p.ok, p.stray
-}
-
-// lose records that the hold p handed over was declared lost.
-func (p *inflightHandover) lose() { p.lostOnce.Do(func() { close(p.lost) }) }
-
-// record sets p's outcome.
-func (p *inflightHandover) record(ok, stray bool) {
-	p.mu.Lock()
-	p.settled, p.ok, p.stray = true, ok, stray
-	p.mu.Unlock()
-}
-
 // transferFailed records that p, the transfer to h sent after h's waiter was
 // woken, failed; stray says that the lock may still carry h's field (a
 // transfer of unknown outcome). Nothing renews h from then on, and a hold
 // already returned by Lock is lost: it reports whether h was, for
 // transferEnded to tell once whatever the failure needs is done.
-func (c *Client) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
+func (c *engine) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
 	p.record(false, stray)
 	return c.holds.lose(h) // and its renewal goes, held or not
 }
@@ -250,7 +177,7 @@ func (c *Client) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
 // transferEnded lets h's hold be entered again after a failed transfer (see
 // transferFailed), and tells a lost hold its cause; stray says that h's
 // field may be left in the lock, which then goes.
-func (c *Client) transferEnded(h *hold, p *inflightHandover, lost, stray bool) {
+func (c *engine) transferEnded(h *hold, p *inflightHandover, lost, stray bool) {
 	close(p.done)
 	if lost {
 		h.end(lostError(h.name, "the handover to it did not reach Redis"))
@@ -263,7 +190,7 @@ func (c *Client) transferEnded(h *hold, p *inflightHandover, lost, stray bool) {
 // adoptHandover is establish's end of a handover to h (see handOff and
 // handOverAhead): it reports whether h is still held. A hold whose transfer
 // failed is not, and what the transfer may have left of it goes.
-func (c *Client) adoptHandover(h *hold) bool {
+func (c *engine) adoptHandover(h *hold) bool {
 	if p := h.inflight.Load(); p != nil {
 		if settled, ok, stray := p.outcome(); settled && !ok {
 			if stray {
@@ -343,71 +270,3 @@ const turnStagger = 200 * time.Microsecond
 // lock before it tries itself. It is woken then even if the unlock message
 // escaped it.
 const yieldDelay = time.Millisecond
-
-// reserveHandover picks the waiter of this Client that h's lock can be handed
-// to at its final release: the head of its queue, waiting for the same lock
-// through a kind that can hand over. The caller then completes the handover
-// with handedOver. After cohortLimit handovers in a row there is none, and
-// turn reports that the Client's turn is over: the caller frees the lock
-// and calls endTurn.
-func (c *Client) reserveHandover(h *hold) (w *waiter, turn bool) {
-	if _, ok := h.kind.(handing); !ok {
-		return nil, false
-	}
-	if c.nqueue.Load() == 0 {
-		return nil, false // nobody of this Client waits anywhere (see queued)
-	}
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[h.kind.channel(h)]
-	if q == nil || len(q.waiters) == 0 {
-		return nil, false
-	}
-	if q.handoffs >= cohortLimit {
-		return nil, true
-	}
-	w = q.waiters[0]
-	if w.h == nil || w.reserved || w.granted || w.leaving || w.trying || w.h.id.key != h.id.key || w.h.ack.replicas > 0 {
-		return nil, false
-	}
-	if _, ok := w.h.kind.(handing); !ok {
-		return nil, false
-	}
-	w.reserved = true
-	q.handoffs++
-	return w, false
-}
-
-// handedOver completes a handover to w reserved by reserveHandover: when it
-// succeeded, or is on its way (p, see handOverAhead), w is woken holding the
-// lock (at: when w's lease began; tok and top: the token it gave w and the
-// last one reserved); otherwise w tries to acquire at once.
-func (c *Client) handedOver(w *waiter, ok bool, at time.Time, tok, top fencing.Token, p *inflightHandover) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	w.reserved = false
-	if p != nil {
-		w.h.inflight.Store(p)
-	}
-	if ok {
-		w.granted, w.grantAt, w.grantTok, w.grantTop = true, at, tok, top
-	} else {
-		w.tryNow = w.head
-	}
-	signal(w)
-}
-
-// withdraw takes w out of the handovers as it gives up: it waits for a
-// handover under way to w to finish and reports whether the lock was handed
-// to w (when and with which token).
-func (c *Client) withdraw(w *waiter) (time.Time, fencing.Token, fencing.Token, bool) {
-	c.qmu.Lock()
-	w.leaving = true
-	for w.reserved {
-		c.qmu.Unlock()
-		<-w.notify
-		c.qmu.Lock()
-	}
-	defer c.qmu.Unlock()
-	return w.grantAt, w.grantTok, w.grantTop, w.granted
-}

@@ -72,7 +72,7 @@ type kind interface {
 // A hold is one owner's possession of one lock, from its first acquisition to
 // its final release or its loss. Its context is the one Lock returns.
 type hold struct {
-	c        *Client
+	c        *engine
 	id       holdID
 	hk       any    // the context key that carries the hold (see heldKey)
 	name     string // as the caller wrote it, for errors
@@ -159,7 +159,7 @@ func (h *hold) renewalLost(why string) {
 // background (releaseLater) is the owner's again: it is held, the retry
 // stops at its next turn, and unless its lease is fixed the watchdog renews
 // it again, from the lease the re-entry set. Every re-entry of a held hold
-// goes through it: a lock's own (Client.reenter) and a compound lock's of a
+// goes through it: a lock's own (engine.reenter) and a compound lock's of a
 // hold its context carries (MultiLock, RedLock). The caller holds h's
 // semaphore.
 func (h *hold) reentered(start time.Time) {
@@ -209,7 +209,7 @@ func (h *hold) abandon() {
 
 // heldVia returns the hold ctx carries under hk when it is still held, or
 // nil.
-func (c *Client) heldVia(ctx context.Context, hk any) *hold {
+func (c *engine) heldVia(ctx context.Context, hk any) *hold {
 	if h := heldBy(ctx, hk); h != nil && c.holds.stillHeld(h) {
 		return h
 	}
@@ -361,13 +361,13 @@ func contextName(ctx context.Context) string {
 // id of its own, whatever other locks of the Client it holds. Each lock value
 // boxes its key once (see holdKey), so that looking it up allocates nothing.
 type heldKey struct {
-	c   *Client
+	c   *engine
 	key string
 	r   role
 }
 
 // holdKey returns the context key of the holds of role r on key, boxed.
-func (c *Client) holdKey(key string, r role) any { return heldKey{c, key, r} }
+func (c *engine) holdKey(key string, r role) any { return heldKey{c, key, r} }
 
 // heldBy returns the hold ctx descends from under the context key hk (see
 // holdKey), or nil.
@@ -386,7 +386,7 @@ const fieldSize = 36 + 1 + 19 + len(":write")
 // string, without a copy: the caller never writes buf again, so the string
 // never changes (a field that did not fit, which a Client's UUID rules out,
 // is in an array of its own).
-func (c *Client) field(buf *[fieldSize]byte, owner int64, r role) string {
+func (c *link) field(buf *[fieldSize]byte, owner int64, r role) string {
 	b := append(buf[:0], c.id...)
 	b = strconv.AppendInt(append(b, ':'), owner, 10)
 	if r == writer {

@@ -1,7 +1,6 @@
 package lock
 
 import (
-	"context"
 	"sync"
 	"time"
 )
@@ -10,7 +9,7 @@ import (
 // in use by an operation, which are held, which were lost. It owns the
 // fields of every hold that change outside the hold's semaphore (refs,
 // pinned, lost, stopLife, expiry); h.sem serialises the operations on one
-// hold, the watchdog owns its renewals and the wait queues (Client.qmu) its
+// hold, the watchdog owns its renewals and the wait queues (lines.qmu) its
 // waiters.
 //
 // A hold is registered while an operation uses it (ref … unref) or while it
@@ -25,7 +24,7 @@ func newHoldTable() holdTable { return holdTable{m: make(map[holdID]*hold)} }
 
 // ref returns the hold id of c, creating it when there is none, and counts
 // the caller as using it until unref. hk is the context key that carries it.
-func (t *holdTable) ref(c *Client, id holdID, hk any, name string) *hold {
+func (t *holdTable) ref(c *engine, id holdID, hk any, name string) *hold {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	h := t.m[id]
@@ -208,25 +207,5 @@ func (h *hold) end(cause error) {
 	}
 	if expiry != nil {
 		expiry.Stop()
-	}
-}
-
-// tieToParent makes h end with the context it was taken with: when that
-// context ends, h is released as if its final Unlock had come (see
-// parentEnded). It costs no goroutine while h is held, and nothing for a
-// context that never ends.
-func (h *hold) tieToParent() {
-	if h.parent.Done() == nil {
-		return
-	}
-	stop := context.AfterFunc(h.parent, h.parentEnded)
-	t := &h.c.holds
-	t.mu.Lock()
-	if h.pinned {
-		h.stopLife, stop = stop, nil
-	}
-	t.mu.Unlock()
-	if stop != nil { // lost or released meanwhile
-		stop()
 	}
 }

@@ -46,7 +46,7 @@ type Mutex struct {
 	hk       any      // the context key of its holds (see heldKey)
 }
 
-func newMutex(c *Client, name string) *Mutex {
+func newMutex(c *engine, name string) *Mutex {
 	m := &Mutex{handle: handle{c: c, name: name, given: name}}
 	if c == nil {
 		m.checkErr = fmt.Errorf("%w: nil lock client", ErrInvalid)
@@ -149,7 +149,7 @@ func (m *Mutex) attempt(ctx context.Context, via processor, h *hold) (bool, time
 		h.top = h.token + tokenBlock - 1
 		return true, 0, nil
 	case r.held():
-		return false, retryAfter(m.c, r.pttl()), nil
+		return false, retryAfter(m.c.link, r.pttl()), nil
 	}
 	return false, 0, fmt.Errorf("unexpected reply %d from the acquire script to a first acquisition", n)
 }
@@ -267,7 +267,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 }
 
 // holdCount answers HoldCount for the holds of the exclusive role on key.
-func (c *Client) holdCount(ctx context.Context, name, key string, hk any) (int, error) {
+func (c *engine) holdCount(ctx context.Context, name, key string, hk any) (int, error) {
 	if ctx == nil {
 		return 0, noContext(name)
 	}

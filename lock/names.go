@@ -66,3 +66,12 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// Redisson's names for a fair lock's wait line, and the key of ours beside
+// it (see fairlib.lua).
+const (
+	queuePrefix   = "redisson_lock_queue"
+	timeoutPrefix = "redisson_lock_timeout"
+	alivePrefix   = "seckillguard_fair_alive" // our waiters' liveness; Redisson never reads it
+	waitPrefix    = "seckillguard_fair_wait"  // our waiters' waits; likewise
+)

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/seckillguard/seckillguard/fencing"
@@ -92,69 +91,3 @@ type Event struct {
 // the Client. The lock package itself records nothing: an Observer is the
 // hook for metrics and tracing (package guard has a Prometheus one).
 type Observer func(Event)
-
-// WithObserver adds o to the Client's Observers: each is told of every
-// Event, in the order their options were given (a Guard's metrics and a
-// tracer, say). A nil o adds nothing. Default: none.
-func WithObserver(o Observer) Option {
-	return func(opts *clientOptions) {
-		switch prev := opts.observer; {
-		case o == nil:
-		case prev == nil:
-			opts.observer = o
-		default:
-			opts.observer = func(e Event) { prev(e); o(e) }
-		}
-	}
-}
-
-// observe reports t about h, an established hold, to the Client's
-// Observer, if any.
-func (c *Client) observe(h *hold, t EventType, wait time.Duration, cause error) {
-	c.observeIn(h.parent, h, t, wait, cause)
-}
-
-// observeIn reports t about h, taken with ctx, to the Client's Observer, if
-// any.
-func (c *Client) observeIn(ctx context.Context, h *hold, t EventType, wait time.Duration, cause error) {
-	if c == nil || c.opts.observer == nil {
-		return
-	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	kind, mode := kindOf(h.kind)
-	e := Event{Type: t, Kind: kind, Mode: mode, Name: h.name, Token: h.token, Wait: wait, Cause: cause, Owner: h.field, Context: ctx}
-	if t != EventAcquired && !h.start.IsZero() {
-		e.Held = time.Since(h.start)
-	}
-	c.opts.observer(e)
-}
-
-// ended reports the end of h with cause, once.
-func (c *Client) ended(h *hold, cause error) {
-	if c.opts.observer == nil || !h.reported.CompareAndSwap(false, true) {
-		return
-	}
-	switch {
-	case errors.Is(cause, ErrLost):
-		c.observe(h, EventLost, 0, cause)
-	case errors.Is(cause, errReleasedLater):
-		c.observe(h, EventReleasedLater, 0, nil)
-	default:
-		c.observe(h, EventReleased, 0, nil)
-	}
-}
-
-// kindOf returns the Kind and the mode of a hold of kind k.
-func kindOf(k kind) (Kind, string) {
-	switch k.(type) {
-	case *readKind:
-		return KindRWMutex, "read"
-	case *writeKind:
-		return KindRWMutex, "write"
-	case *Semaphore:
-		return KindSemaphore, ""
-	}
-	return KindMutex, "" // Mutex, FairMutex: the RLock hash
-}

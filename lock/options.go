@@ -188,16 +188,56 @@ func WithLease(d time.Duration) LockOption {
 	}
 }
 
-// lockOptions applies opts over the Client's defaults.
-func (c *Client) lockOptions(opts []LockOption) lockOptions {
-	if len(opts) == 0 { // the options' pointer below puts o on the heap
-		return lockOptions{ack: c.opts.ack}
-	}
-	o := lockOptions{ack: c.opts.ack}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
+// WithObserver adds o to the Client's Observers: each is told of every
+// Event, in the order their options were given (a Guard's metrics and a
+// tracer, say). A nil o adds nothing. Default: none.
+func WithObserver(o Observer) Option {
+	return func(opts *clientOptions) {
+		switch prev := opts.observer; {
+		case o == nil:
+		case prev == nil:
+			opts.observer = o
+		default:
+			opts.observer = func(e Event) { prev(e); o(e) }
 		}
 	}
-	return o
+}
+
+// WithReplicaAck makes every first acquisition by the Client wait until
+// replicas replicas have confirmed it (Redis WAIT), for at most timeout. An
+// acquisition that fewer replicas confirm is undone and fails with
+// ErrNotReplicated, so a lock is never held on the master alone where a
+// failover would lose it. Re-entries, renewals and releases do not wait.
+// Default: 0 replicas, no acknowledgement; WithReplicas overrides it for one
+// acquisition.
+//
+// Redisson's equivalent fails only when no replica at all confirms; here the
+// number is yours. Acknowledgement narrows the failover window, it does not
+// close it: a replica that confirmed may still not be the one promoted. Fence
+// the writes.
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return func(o *clientOptions) {
+		ack, err := newReplicaAck(replicas, timeout)
+		if err != nil {
+			o.err = err
+			return
+		}
+		o.ack = ack
+	}
+}
+
+// WithReplicas is WithReplicaAck for one acquisition: it waits until replicas
+// replicas have confirmed it, for at most timeout, and fails with
+// ErrNotReplicated (having undone the acquisition) when fewer do. replicas 0
+// turns a Client's default acknowledgement off. Default: the Client's
+// WithReplicaAck setting.
+func WithReplicas(replicas int, timeout time.Duration) LockOption {
+	return func(o *lockOptions) {
+		ack, err := newReplicaAck(replicas, timeout)
+		if err != nil {
+			o.err = err
+			return
+		}
+		o.ack = ack
+	}
 }

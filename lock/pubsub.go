@@ -23,7 +23,8 @@ const subscriptionLinger = 2 * time.Second
 // once, however many goroutines wait on it; one goroutine per connection
 // reads the messages and wakes the head of the matching wait queue.
 type subscriber struct {
-	c *Client
+	c  *link
+	to wakeups // the waiting lines
 
 	mu      sync.Mutex
 	conns   map[string]*psConn // by node address; "" when not Cluster
@@ -52,8 +53,22 @@ type chanSub struct {
 	idle      *time.Timer // pending unsubscribe
 }
 
-func newSubscriber(c *Client) *subscriber {
-	return &subscriber{c: c, conns: make(map[string]*psConn), chans: make(map[string]*chanSub), closing: make(map[string]chan struct{})}
+// A wakeups takes what a subscriber hears: the waiting lines (lines).
+type wakeups interface {
+	// deliver handles an unlock message on channel.
+	deliver(channel string)
+	// learnLease handles the message that the lock of channel was just
+	// taken with a lease of d (see leaseMessage).
+	learnLease(channel string, d time.Duration)
+	// resubscribe drops cs, a subscription of channel that failed or
+	// moved, from the queues that still use it and wakes their heads.
+	resubscribe(channel string, cs *chanSub)
+}
+
+// newSubscriber returns the subscriber of the Client behind c, which hands
+// what it hears to to.
+func newSubscriber(c *link, to wakeups) *subscriber {
+	return &subscriber{c: c, to: to, conns: make(map[string]*psConn), chans: make(map[string]*chanSub), closing: make(map[string]chan struct{})}
 }
 
 // acquire returns the subscription of channel, counting the caller as a user
@@ -251,9 +266,9 @@ func (s *subscriber) read(pc *psConn) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if d, ok := leaseMessage(m.Payload); ok {
-				s.c.learnLease(m.Channel, d)
+				s.to.learnLease(m.Channel, d)
 			} else {
-				s.c.deliver(m.Channel)
+				s.to.deliver(m.Channel)
 			}
 		case *redis.Subscription:
 			switch m.Kind {
@@ -283,7 +298,7 @@ func (s *subscriber) confirm(channel string) {
 	}
 	s.mu.Unlock()
 	if again {
-		s.c.deliver(channel)
+		s.to.deliver(channel)
 	}
 }
 
@@ -307,7 +322,7 @@ func (s *subscriber) dropped(pc *psConn, channel string) {
 	ctx, cancel := s.c.backgroundContext(5 * time.Second)
 	_ = conn.ps.SUnsubscribe(ctx, channel) // forget it in go-redis too, or it resubscribes on reconnect
 	cancel()
-	s.c.resubscribe(channel, cs)
+	s.to.resubscribe(channel, cs)
 }
 
 // moved reports whether the node of pc, a shard channel connection that
@@ -360,7 +375,7 @@ func (s *subscriber) abandon(pc *psConn) {
 	_ = pc.ps.Close()
 	for _, cs := range gone {
 		s.fail(cs, fmt.Errorf("the node %s no longer serves %s", pc.addr, cs.channel))
-		s.c.resubscribe(cs.channel, cs)
+		s.to.resubscribe(cs.channel, cs)
 	}
 }
 
@@ -395,37 +410,6 @@ func (s *subscriber) close() {
 			s.c.opts.logger.DebugContext(context.Background(), "lock: closing pub/sub", "err", err)
 		}
 	}
-}
-
-// resubscribe drops the subscription cs of channel's queues (see laned)
-// that still use it, and wakes their head waiters, which subscribe anew when
-// they have to wait.
-func (c *Client) resubscribe(channel string, cs *chanSub) {
-	c.qmu.Lock()
-	drops := 0
-	for _, lane := range lanes {
-		q := c.queues[channel+lane]
-		if q == nil || q.sub != cs {
-			continue
-		}
-		q.sub = nil
-		drops++
-		if len(q.waiters) > 0 {
-			h := q.waiters[0]
-			h.tryNow = true
-			signal(h)
-		}
-	}
-	c.qmu.Unlock()
-	for ; drops > 0; drops-- {
-		c.subs.release(cs)
-	}
-}
-
-// backgroundContext returns a context for the Client's own Redis calls:
-// bounded by d and cancelled when the Client closes.
-func (c *Client) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.life, d)
 }
 
 // leaseMessage parses the message fair_acquire.lua sends the next waiter in

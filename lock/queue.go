@@ -1,52 +1,17 @@
 package lock
 
+// The waiting lines at work: joining and leaving a queue, the wake-ups an
+// unlock message brings, the relays between Clients, and the subscriptions
+// of a queue's channels. Every method here belongs to lines and takes its
+// qmu (a waiter's own state and the handover to it: waiter.go).
+
 import (
+	"context"
 	"time"
 )
 
-// A waitQueue lines up the goroutines of one Client that wait for one lock,
-// in arrival order. Only its head tries to acquire; an unlock message wakes
-// the head alone, so a release costs one attempt per Client rather than one
-// per waiting goroutine, and a goroutine that just unlocked cannot overtake
-// the ones already waiting.
-type waitQueue struct {
-	name    string // its key in Client.queues: the channel, and the lane if any (see laned)
-	channel string
-	waiters []*waiter
-	sub     *chanSub // the unlock channel's subscription, taken by the first head that needs it
-
-	handoffs int       // locks handed from holder to head in a row, without freeing (see cohortLimit)
-	yield    time.Time // until then the head lets other Clients take the lock (see yieldDelay, turnStagger)
-	others   int64     // other subscribers of the channel when this Client's last turn ended
-	heard    int64     // unlock messages that ended other Clients' turns since then
-	asked    time.Time // when others was counted (see othersListening)
-
-	line lineWake // a FairMutex waiter's queue only: see lineWake
-}
-
-// A lineWake lets the first waiter in a FairMutex's line, whose queue here
-// is its own channel's, be woken by the unlock messages of a Mutex of the
-// same name too: a Mutex and a FairMutex of one name exclude each other,
-// and a Mutex's release (release.lua) publishes on its own channel only.
-// The waiter listens on that channel (relayed to its queue) all along, but
-// only the first in line acts on it, or a Mutex's unlock would wake every
-// waiter in the line; it is first when its last attempt said so, or when a
-// message came on its own channel since (those go to the first in line
-// only: see fairlib.lua and fair_leave.lua).
-type lineWake struct {
-	also   string   // the Mutex's unlock channel; "" for the queues of other kinds
-	sub    *chanSub // its subscription, taken by the first turn
-	behind bool     // the last attempt found others ahead, and no message on the own channel came since
-	own    uint64   // messages heard on the own channel
-	plain  uint64   // messages heard on also
-}
-
-// A lineMark is what a queue of a FairMutex waiter had heard when an attempt
-// was sent (see lineMarkOf).
-type lineMark struct{ own, plain uint64 }
-
 // lineMarkOf returns what the queue name has heard so far.
-func (c *Client) lineMarkOf(name string) lineMark {
+func (c *lines) lineMarkOf(name string) lineMark {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[name]; q != nil {
@@ -60,7 +25,7 @@ func (c *Client) lineMarkOf(name string) lineMark {
 // reports whether to try again at once: first, and a message on the Mutex's
 // channel came while the attempt was under way (ignored then, the waiter
 // being behind; it may have freed the lock after the attempt ran).
-func (c *Client) linePlace(name string, first bool, m lineMark) bool {
+func (c *lines) linePlace(name string, first bool, m lineMark) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[name]
@@ -79,51 +44,17 @@ func (c *Client) linePlace(name string, first bool, m lineMark) bool {
 
 // heardOwn records a message on channel, the own channel of a FairMutex
 // waiter's queue: the waiter is first in line. The caller holds qmu.
-func (c *Client) heardOwn(channel string) {
+func (c *lines) heardOwn(channel string) {
 	if q := c.queues[channel]; q != nil {
 		q.line.own++
 		q.line.behind = false
 	}
 }
 
-// A laned kind lines its waiters up in a queue of their own, apart from the
-// other waiters of the same channel; every message on the channel wakes the
-// head of each lane. Its waiters enlist: a failed attempt takes the owner's
-// place in a wait line in Redis, so a waiter tries at once when it becomes
-// head, to take that place while the waiter before it holds the lock.
-type laned interface {
-	kind
-	lane() string
-}
-
-// writersLane is the lane of an RWMutex's writers (writeKind). They wait on
-// the channel of its readers but not behind them: only a queue's head tries,
-// and a writer must be in the writers' line in Redis from the moment it
-// waits, or the readers that arrive after it (in other Clients) keep it out.
-const writersLane = "\x00writers"
-
-// lanes are the suffixes of the queue names of a channel: "" for the kinds
-// without a lane.
-var lanes = [...]string{"", writersLane}
-
-// A waiter is one goroutine in a waitQueue.
-type waiter struct {
-	notify chan struct{} // capacity 1: "look at your state again"
-	shared bool          // waits for a lock several owners may hold at once
-	enlist bool          // its attempts take a place in a wait line in Redis (see laned)
-
-	// Guarded by Client.qmu.
-	head   bool
-	tryNow bool          // try to acquire without waiting
-	bound  time.Duration // when it became head without tryNow: try after at most this long; <0 = unset
-
-	grant // its side of the handovers (see handover.go)
-}
-
 // queued reports whether goroutines of this Client wait in the queue name.
 // A Client nobody of which waits anywhere, the uncontended case, answers
 // without taking qmu: a queue exists only while it has waiters.
-func (c *Client) queued(name string) bool {
+func (c *lines) queued(name string) bool {
 	if c.nqueue.Load() == 0 {
 		return false
 	}
@@ -136,7 +67,7 @@ func (c *Client) queued(name string) bool {
 // join appends a waiter to the queue name, woken by the messages on channel.
 // A waiter that is head at once tries at once (after subscribing: see
 // waitFor).
-func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*waitQueue, *waiter) {
+func (c *lines) join(name, channel string, shared, enlist bool, h *hold) (*waitQueue, *waiter) {
 	w := &waiter{notify: make(chan struct{}, 1), shared: shared, enlist: enlist, bound: -1, grant: grant{h: h}}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
@@ -158,7 +89,7 @@ func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*wait
 // both share the lock, or if it enlists (its attempt takes its place in line
 // in Redis), or else waits for the unlock message of the holder w became, at
 // most lease.
-func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Duration) {
+func (c *lines) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Duration) {
 	c.qmu.Lock()
 	var release *chanSub
 	for i, x := range q.waiters {
@@ -197,7 +128,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 // deliver handles a message on an unlock channel: the head of its queue tries
 // again, and so do the heads of the queues the channel is relayed to.
 // Messages for channels nobody waits on are dropped.
-func (c *Client) deliver(channel string) {
+func (c *lines) deliver(channel string) {
 	c.qmu.Lock()
 	c.heardOwn(channel)
 	c.wakeHead(channel)
@@ -220,7 +151,7 @@ func (c *Client) deliver(channel string) {
 // wakeLine handles a Mutex's unlock message for the queue name of a
 // FairMutex waiter (see lineWake): its waiter tries again unless it is
 // behind others in line. The caller holds qmu.
-func (c *Client) wakeLine(name string) {
+func (c *lines) wakeLine(name string) {
 	q := c.queues[name]
 	if q == nil {
 		return
@@ -239,14 +170,14 @@ func (c *Client) wakeLine(name string) {
 // (see turnStagger): it tries after a pause of turnStagger for each Client
 // that, by the turns it has heard end since its own, is still due before
 // it, and then only if a look shows the lock free.
-func (c *Client) wakeHead(channel string) {
+func (c *lines) wakeHead(channel string) {
 	for _, lane := range lanes {
 		c.wakeQueue(c.queues[channel+lane])
 	}
 }
 
 // wakeQueue makes the head of q, if any, try again: see wakeHead.
-func (c *Client) wakeQueue(q *waitQueue) {
+func (c *lines) wakeQueue(q *waitQueue) {
 	if q == nil || len(q.waiters) == 0 {
 		return
 	}
@@ -267,7 +198,7 @@ func (c *Client) wakeQueue(q *waitQueue) {
 // waits for was just taken with a lease of d (see leaseMessage): unless it
 // is about to try anyway, the head waits for the unlock message at most d
 // from now, instead of the bound its last attempt gave it.
-func (c *Client) learnLease(channel string, d time.Duration) {
+func (c *lines) learnLease(channel string, d time.Duration) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	c.heardOwn(channel)
@@ -281,17 +212,8 @@ func (c *Client) learnLease(channel string, d time.Duration) {
 	}
 }
 
-// A relay forwards the unlock messages of one of this Client's channels to
-// the queue of a channel of another Client: a RedLock waits in the queue of
-// its first node and is woken by an unlock on any node.
-type relay struct {
-	to      *Client
-	channel string
-	line    bool // to a FairMutex waiter's queue, from its Mutex's channel: see lineWake
-}
-
 // addRelay forwards the messages of channel to r until removeRelay.
-func (c *Client) addRelay(channel string, r relay) {
+func (c *lines) addRelay(channel string, r relay) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.relays[channel] == nil {
@@ -301,7 +223,7 @@ func (c *Client) addRelay(channel string, r relay) {
 }
 
 // removeRelay undoes one addRelay.
-func (c *Client) removeRelay(channel string, r relay) {
+func (c *lines) removeRelay(channel string, r relay) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if m := c.relays[channel]; m != nil {
@@ -319,5 +241,125 @@ func signal(w *waiter) {
 	select {
 	case w.notify <- struct{}{}:
 	default:
+	}
+}
+
+// resubscribe drops the subscription cs of channel's queues (see laned)
+// that still use it, and wakes their head waiters, which subscribe anew when
+// they have to wait.
+func (c *lines) resubscribe(channel string, cs *chanSub) {
+	c.qmu.Lock()
+	drops := 0
+	for _, lane := range lanes {
+		q := c.queues[channel+lane]
+		if q == nil || q.sub != cs {
+			continue
+		}
+		q.sub = nil
+		drops++
+		if len(q.waiters) > 0 {
+			h := q.waiters[0]
+			h.tryNow = true
+			signal(h)
+		}
+	}
+	c.qmu.Unlock()
+	for ; drops > 0; drops-- {
+		c.subs.release(cs)
+	}
+}
+
+// alsoWokenBy makes the waiter of q, a FairMutex waiter's queue, be woken
+// by the messages of the channel also too (see lineWake).
+func (c *lines) alsoWokenBy(q *waitQueue, also string) {
+	c.qmu.Lock()
+	q.line.also = also
+	c.qmu.Unlock()
+}
+
+// queueSub returns the subscription of q's unlock channel, taking it first
+// if q has none (a RedLock's wait: see redWait.subscribe).
+func (c *lines) queueSub(q *waitQueue) *chanSub {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if q.sub == nil {
+		q.sub = c.subs.acquire(q.channel)
+	}
+	return q.sub
+}
+
+// dropFailedSub takes the subscription of q's unlock channel from q when it
+// failed, so that the next head subscribes anew, and returns it for the
+// caller to release; nil when there is none to drop.
+func (c *lines) dropFailedSub(q *waitQueue) *chanSub {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if s := q.sub; s != nil && isDone(s.ready) && s.err != nil {
+		q.sub = nil
+		return s
+	}
+	return nil
+}
+
+// awaitSubscription makes sure q's unlock channel is subscribed and confirmed,
+// and the channel its waiter is also woken by if any (see lineWake).
+// A subscription that failed is dropped, so that the next head subscribes anew.
+func (c *lines) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
+	if err := c.awaitChannel(ctx, name, q, &q.sub, q.channel, deadline); err != nil || q.line.also == "" {
+		return err
+	}
+	return c.awaitChannel(ctx, name, q, &q.line.sub, q.line.also, deadline)
+}
+
+// awaitChannel makes sure channel is subscribed and confirmed for q, its
+// subscription kept in *sub (guarded by qmu). The subscription of a
+// lineWake's channel is relayed to q.
+func (c *lines) awaitChannel(ctx context.Context, name string, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
+	c.qmu.Lock()
+	relayed := false
+	if *slot == nil {
+		*slot = c.subs.acquire(channel)
+		relayed = slot == &q.line.sub
+	}
+	sub := *slot
+	c.qmu.Unlock()
+	if relayed {
+		c.addRelay(channel, relay{to: c, channel: q.name, line: true})
+	}
+	select {
+	case <-sub.ready:
+	case <-deadline:
+		return notAcquired(ctx, name)
+	case <-ctx.Done():
+		return ctxErr(name, ctx)
+	case <-c.done:
+		return wrap(name, ErrClosed)
+	}
+	err := sub.err
+	if err == nil {
+		return nil
+	}
+	c.qmu.Lock()
+	drop := *slot == sub
+	if drop {
+		*slot = nil
+	}
+	c.qmu.Unlock()
+	if drop {
+		if slot == &q.line.sub {
+			c.removeRelay(channel, relay{to: c, channel: q.name, line: true})
+		}
+		c.subs.release(sub)
+	}
+	return wrap(name, noted("subscribe to unlock messages", unavailable(err)))
+}
+
+// isDone reports whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

@@ -125,7 +125,7 @@ func (a *redAcquisition) count(b *ballot, i int, reply acquireReply) {
 			b.tokens[i] = h.token
 		}
 	case reply.held():
-		if d := retryAfter(a.r.clients[i], reply.pttl()); b.retry < 0 || d < b.retry {
+		if d := retryAfter(a.r.clients[i].link, reply.pttl()); b.retry < 0 || d < b.retry {
 			b.retry = d
 		}
 	default:

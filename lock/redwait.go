@@ -25,12 +25,7 @@ func (w *redWait) subscribe(ctx context.Context, q *waitQueue, deadline <-chan t
 		w.subs = make([]*chanSub, len(r.clients))
 		w.relayed = make([]bool, len(r.clients))
 	}
-	c0.qmu.Lock()
-	if q.sub == nil {
-		q.sub = c0.subs.acquire(q.channel)
-	}
-	all := []*chanSub{q.sub}
-	c0.qmu.Unlock()
+	all := []*chanSub{c0.queueSub(q)}
 	for i, c := range r.clients {
 		if i == w.home {
 			continue
@@ -39,7 +34,7 @@ func (w *redWait) subscribe(ctx context.Context, q *waitQueue, deadline <-chan t
 			w.subs[i] = c.subs.acquire(r.nodes[i].unlockCh)
 		}
 		if !w.relayed[i] {
-			c.addRelay(r.nodes[i].unlockCh, relay{to: c0, channel: q.channel})
+			c.addRelay(r.nodes[i].unlockCh, relay{to: c0.lines, channel: q.channel})
 			w.relayed[i] = true
 		}
 		all = append(all, w.subs[i])
@@ -60,13 +55,7 @@ wait:
 		}
 	}
 	// Drop failed subscriptions, so that the next attempt subscribes anew.
-	c0.qmu.Lock()
-	var drop *chanSub
-	if s := q.sub; s != nil && isDone(s.ready) && s.err != nil {
-		drop, q.sub = s, nil
-	}
-	c0.qmu.Unlock()
-	if drop != nil {
+	if drop := c0.dropFailedSub(q); drop != nil {
 		c0.subs.release(drop)
 	}
 	for i := range r.clients {
@@ -80,7 +69,7 @@ wait:
 
 // close ends the subscriptions and relays of the wait.
 func (w *redWait) close() {
-	home := relay{to: w.r.clients[w.home], channel: w.r.nodes[w.home].unlockCh}
+	home := relay{to: w.r.clients[w.home].lines, channel: w.r.nodes[w.home].unlockCh}
 	for i := range w.subs {
 		if i == w.home {
 			continue
@@ -92,15 +81,5 @@ func (w *redWait) close() {
 		if w.relayed[i] {
 			c.removeRelay(w.r.nodes[i].unlockCh, home)
 		}
-	}
-}
-
-// isDone reports whether ch is closed.
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }

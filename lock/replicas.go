@@ -1,11 +1,8 @@
 package lock
 
 import (
-	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A replicaAck asks each first acquisition to be confirmed by replicas.
@@ -22,72 +19,4 @@ func newReplicaAck(replicas int, timeout time.Duration) (replicaAck, error) {
 		return replicaAck{}, fmt.Errorf("%w: replica acknowledgement timeout %v, want a positive duration (WAIT 0 would block forever)", ErrInvalid, timeout)
 	}
 	return replicaAck{replicas: replicas, timeout: timeout}, nil
-}
-
-// WithReplicaAck makes every first acquisition by the Client wait until
-// replicas replicas have confirmed it (Redis WAIT), for at most timeout. An
-// acquisition that fewer replicas confirm is undone and fails with
-// ErrNotReplicated, so a lock is never held on the master alone where a
-// failover would lose it. Re-entries, renewals and releases do not wait.
-// Default: 0 replicas, no acknowledgement; WithReplicas overrides it for one
-// acquisition.
-//
-// Redisson's equivalent fails only when no replica at all confirms; here the
-// number is yours. Acknowledgement narrows the failover window, it does not
-// close it: a replica that confirmed may still not be the one promoted. Fence
-// the writes.
-func WithReplicaAck(replicas int, timeout time.Duration) Option {
-	return func(o *clientOptions) {
-		ack, err := newReplicaAck(replicas, timeout)
-		if err != nil {
-			o.err = err
-			return
-		}
-		o.ack = ack
-	}
-}
-
-// WithReplicas is WithReplicaAck for one acquisition: it waits until replicas
-// replicas have confirmed it, for at most timeout, and fails with
-// ErrNotReplicated (having undone the acquisition) when fewer do. replicas 0
-// turns a Client's default acknowledgement off. Default: the Client's
-// WithReplicaAck setting.
-func WithReplicas(replicas int, timeout time.Duration) LockOption {
-	return func(o *lockOptions) {
-		ack, err := newReplicaAck(replicas, timeout)
-		if err != nil {
-			o.err = err
-			return
-		}
-		o.ack = ack
-	}
-}
-
-// conn returns a connection of its own to the master that holds key, so that
-// WAIT counts the replicas that confirmed this connection's last write.
-func (c *Client) conn(ctx context.Context, key string) (*redis.Conn, error) {
-	switch r := c.rdb.(type) {
-	case *redis.Client:
-		return r.Conn(), nil
-	case *redis.ClusterClient:
-		node, err := r.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return node.Conn(), nil
-	}
-	return nil, fmt.Errorf("%w: replica acknowledgement needs a *redis.Client or *redis.ClusterClient", ErrInvalid)
-}
-
-// confirmReplicas waits until ack.replicas replicas have confirmed the writes
-// made on conn, for at most ack.timeout.
-func (c *Client) confirmReplicas(ctx context.Context, conn *redis.Conn, ack replicaAck) error {
-	n, err := conn.Wait(ctx, ack.replicas, ack.timeout).Result()
-	if err != nil {
-		return fmt.Errorf("waiting for %d replicas: %w", ack.replicas, err)
-	}
-	if int(n) < ack.replicas {
-		return fmt.Errorf("%w: %d of %d replicas confirmed within %v", ErrNotReplicated, n, ack.replicas, ack.timeout)
-	}
-	return nil
 }

@@ -75,9 +75,9 @@ type readKind struct {
 }
 type writeKind struct{ rw *RWMutex }
 
-// RWMutex returns the reader/writer lock called name. It does no I/O; an
-// invalid name is reported by the first operation.
-func (c *Client) RWMutex(name string) *RWMutex {
+// newRWMutex returns the RWMutex of the engine c (nil: of a nil Client): see
+// Client.RWMutex.
+func newRWMutex(c *engine, name string) *RWMutex {
 	rw := &RWMutex{handle: handle{c: c, name: name, given: name}}
 	rw.read.rw, rw.write.rw = rw, rw
 	if c == nil {
@@ -221,7 +221,7 @@ func (k *readKind) attempt(ctx context.Context, via processor, h *hold) (bool, t
 	case r.is(1):
 		return true, 0, nil
 	case r.is(0):
-		return false, retryAfter(rw.c, r.value), nil
+		return false, retryAfter(rw.c.link, r.value), nil
 	}
 	return false, 0, r.unexpected("read acquire")
 }
@@ -286,7 +286,7 @@ func (k *writeKind) attempt(ctx context.Context, via processor, h *hold) (bool, 
 		return true, 0, nil
 	case r.is(0):
 		rw.c.inLine(h, waitingScript, []string{rw.keys[2], rw.keys[2]}, []any{h.field})
-		return false, retryAfter(rw.c, r.value), nil
+		return false, retryAfter(rw.c.link, r.value), nil
 	case r.is(-2):
 		return false, 0, ErrUpgrade
 	}
@@ -333,3 +333,9 @@ func (k *writeKind) channel(*hold) string { return k.rw.keys[3] }
 func (k *writeKind) lane() string         { return writersLane }
 func (k *writeKind) shared() bool         { return false }
 func (k *writeKind) tokens() bool         { return true }
+
+// observedAs names a read hold to the Observer (see kindOf).
+func (*readKind) observedAs() (Kind, string) { return KindRWMutex, "read" }
+
+// observedAs names a write hold to the Observer (see kindOf).
+func (*writeKind) observedAs() (Kind, string) { return KindRWMutex, "write" }

@@ -83,14 +83,14 @@ var (
 )
 
 // A processor sends commands: a Client's go-redis client, or a connection of
-// its own (replica acknowledgement: see Client.conn).
+// its own (replica acknowledgement: see link.conn).
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // run runs s on keys with args, through the Client's go-redis client (see
 // script.send).
-func (c *Client) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
+func (c *link) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
 	return s.run(ctx, c.rdb, keys, args...)
 }
 
@@ -164,7 +164,7 @@ type scriptCall struct {
 // such script loaded once (SCRIPT LOAD) and the calls that failed for it
 // sent again, the same way. This is the one way the package pipelines its
 // scripts (the watchdog's renewals, a MultiLock's token raise).
-func (c *Client) pipelined(calls []scriptCall, perTrip int, newCtx func() (context.Context, context.CancelFunc)) ([]*redis.Cmd, []time.Time) {
+func (c *link) pipelined(calls []scriptCall, perTrip int, newCtx func() (context.Context, context.CancelFunc)) ([]*redis.Cmd, []time.Time) {
 	cmds := make([]*redis.Cmd, len(calls))
 	sent := make([]time.Time, len(calls))
 	exec := func(idx []int) {
@@ -239,4 +239,25 @@ func boxed(keys []string) []any {
 // isNoScript reports whether err is Redis' NOSCRIPT reply.
 func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// redial sends the call argv of s again through cc after cmd, its last
+// sending, could not dial the node of its first key: once the slot map was
+// reloaded, and again with a growing pause while the map still names a node
+// that cannot be dialled, until ctx's deadline or for redialFor at most.
+func (s *script) redial(ctx context.Context, cc *redis.ClusterClient, nkeys int, argv []any, cmd *redis.Cmd) *redis.Cmd {
+	key, _ := argv[3].(string)
+	until := time.Now().Add(redialFor)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	for pause := 20 * time.Millisecond; notSent(cmd.Err()); pause = min(2*pause, time.Second) {
+		left := time.Until(until)
+		if left <= 0 || ctx.Err() != nil {
+			break
+		}
+		awaitSlotMap(ctx, cc, key, min(pause, left))
+		cmd = s.process(ctx, cc, nkeys, argv)
+	}
+	return cmd
 }

@@ -41,10 +41,9 @@ type Semaphore struct {
 	hk      any      // the context key of its permits (see heldKey)
 }
 
-// Semaphore returns the semaphore called name with permits permits. It does
-// no I/O; an invalid name or a permits count below 1 is reported by the first
-// operation (ErrInvalid).
-func (c *Client) Semaphore(name string, permits int) *Semaphore {
+// newSemaphore returns the Semaphore of the engine c (nil: of a nil Client): see
+// Client.Semaphore.
+func newSemaphore(c *engine, name string, permits int) *Semaphore {
 	s := &Semaphore{handle: handle{c: c, name: name, given: name}, permits: permits}
 	switch {
 	case c == nil:
@@ -136,7 +135,7 @@ func (s *Semaphore) attempt(ctx context.Context, via processor, h *hold) (bool, 
 	case r.is(1):
 		return true, 0, nil
 	case r.is(0):
-		return false, retryAfter(s.c, r.value), nil
+		return false, retryAfter(s.c.link, r.value), nil
 	}
 	return false, 0, r.unexpected("permit acquire")
 }
@@ -174,3 +173,6 @@ func (s *Semaphore) renewal(h *hold) (*script, []string, []any) {
 func (s *Semaphore) channel(*hold) string { return s.keys[1] }
 func (s *Semaphore) shared() bool         { return true }
 func (s *Semaphore) tokens() bool         { return false }
+
+// observedAs names a permit to the Observer (see kindOf).
+func (*Semaphore) observedAs() (Kind, string) { return KindSemaphore, "" }

@@ -13,7 +13,7 @@ import (
 
 // renewTurn starts a new run of handovers on channel without freeing the
 // lock: no other Client waits for its turn.
-func (c *Client) renewTurn(channel string) {
+func (c *lines) renewTurn(channel string) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[channel]; q != nil {
@@ -30,7 +30,7 @@ func (c *Client) renewTurn(channel string) {
 // A count above zero is taken as still true for othersFresh: other Clients
 // that waited for a turn a moment ago most likely still do, and asking
 // would keep the lock held for one more round trip at the end of every turn.
-func (c *Client) othersListening(ctx context.Context, channel string) int64 {
+func (c *lines) othersListening(ctx context.Context, channel string) int64 {
 	c.qmu.Lock()
 	if q := c.queues[channel]; q != nil && q.others > 0 && time.Since(q.asked) < othersFresh {
 		c.qmu.Unlock()
@@ -51,7 +51,7 @@ func (c *Client) othersListening(ctx context.Context, channel string) int64 {
 const othersFresh = 100 * time.Millisecond
 
 // countOthers asks Redis for othersListening.
-func (c *Client) countOthers(ctx context.Context, channel string) int64 {
+func (c *lines) countOthers(ctx context.Context, channel string) int64 {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	var counts map[string]int64
@@ -74,7 +74,7 @@ func (c *Client) countOthers(ctx context.Context, channel string) int64 {
 // this Client's turn, when others other subscribers listen (-1: some): from
 // then on its head holds back (its own unlock message must not send it
 // racing the others).
-func (c *Client) startTurn(channel string, others int64) {
+func (c *lines) startTurn(channel string, others int64) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[channel]; q != nil {
@@ -87,7 +87,7 @@ func (c *Client) startTurn(channel string, others int64) {
 // Client's turn: its head lets the other Clients try first, for yieldDelay,
 // and then looks whether the lock is free even if it heard no unlock
 // message.
-func (c *Client) endTurn(channel string) {
+func (c *lines) endTurn(channel string) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[channel]; q != nil {

@@ -8,10 +8,10 @@ import (
 	"github.com/seckillguard/seckillguard/ctxend"
 )
 
-// An attempt tries to acquire once. It reports whether it acquired, and if
+// A tryFunc tries to acquire once. It reports whether it acquired, and if
 // not, how long the current holder's lease has left (the longest the caller
 // should wait for an unlock message before trying again).
-type attempt func(ctx context.Context) (ok bool, retry time.Duration, err error)
+type tryFunc func(ctx context.Context) (ok bool, retry time.Duration, err error)
 
 // A waitSpec describes one wait for a lock.
 type waitSpec struct {
@@ -22,7 +22,7 @@ type waitSpec struct {
 	shared  bool          // several owners may hold the lock: after one waiter got it, the next shared one tries at once
 	// try makes one attempt; when nil, it is an attempt of h (c.attempt,
 	// the time it was sent kept in h.start).
-	try attempt
+	try tryFunc
 
 	// subscribe, when set, replaces subscribing channel on this Client: it
 	// is called before each attempt of the queue's head and must make sure
@@ -53,7 +53,7 @@ type waitSpec struct {
 // A wait that has to queue is a small state machine (see waitStep): it
 // looks at its waiter's state, takes its turn to try when it is the head
 // and was told to, and sleeps until something changes.
-func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
+func (c *engine) waitFor(ctx context.Context, s waitSpec) error {
 	var prober handing
 	queue, enlist, also := s.channel, false, ""
 	if s.h != nil {
@@ -92,9 +92,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 
 	wt.q, wt.w = c.join(wt.queue, s.channel, s.shared, enlist, s.h)
 	if also != "" {
-		c.qmu.Lock()
-		wt.q.line.also = also
-		c.qmu.Unlock()
+		c.alsoWokenBy(wt.q, also)
 	}
 	defer func() { c.leaveQueue(wt.q, wt.w, wt.acquired, s.lease) }()
 
@@ -116,7 +114,7 @@ func (c *Client) waitFor(ctx context.Context, s waitSpec) error {
 
 // tryOnce makes one attempt of s: s.try, or else an attempt of s.h, the
 // time it was sent kept in h.start.
-func (c *Client) tryOnce(ctx context.Context, s *waitSpec) (bool, time.Duration, error) {
+func (c *engine) tryOnce(ctx context.Context, s *waitSpec) (bool, time.Duration, error) {
 	if s.try != nil {
 		return s.try(ctx)
 	}
@@ -124,27 +122,10 @@ func (c *Client) tryOnce(ctx context.Context, s *waitSpec) (bool, time.Duration,
 	return c.attempt(ctx, s.h)
 }
 
-// A waitStep is what a queued wait does next.
-type waitStep uint8
-
-const (
-	// stepLook reads the waiter's state: the lock handed over (done), its
-	// turn to try (stepTurn), or a bound to sleep with (stepSleep).
-	stepLook waitStep = iota
-	// stepTurn subscribes and tries, or probes first (see handing.probe).
-	stepTurn
-	// stepSleep waits for a wake-up, the bound, the deadline, the end of
-	// ctx or the Client's Close.
-	stepSleep
-	// stepGrant takes the lock a releaser of this Client handed over.
-	stepGrant
-	stepDone
-)
-
 // A waitRun is one queued wait of waitFor: its spec, its waiter, and what
 // it has learned so far.
 type waitRun struct {
-	c      *Client
+	c      *engine
 	ctx    context.Context
 	s      waitSpec
 	prober handing // the kind that probes: a hold's that can hand over
@@ -160,32 +141,12 @@ type waitRun struct {
 
 // look reads the waiter's state and says what to do next.
 func (wt *waitRun) look() waitStep {
-	c, q, w := wt.c, wt.q, wt.w
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if w.granted {
-		return stepGrant
-	}
-	head, tryNow, bound := w.head, w.tryNow, w.bound
-	w.tryNow, w.bound = false, -1
-	wt.probe = false
-	if head && tryNow && !q.yield.IsZero() {
-		if wait := time.Until(q.yield); wait > 0 {
-			tryNow, bound = false, wait // other Clients first
-		} else {
-			// The others had their head start; most likely one of them
-			// holds the lock now, and its unlock message will come.
-			q.yield = time.Time{}
-			wt.probe = wt.prober != nil
-		}
-	}
-	switch {
-	case head && tryNow:
-		return stepTurn
-	case head && bound >= 0:
+	step, probe, bound := wt.c.look(wt.q, wt.w, wt.prober != nil)
+	wt.probe = probe
+	if bound >= 0 {
 		wt.timer.Reset(bound)
 	}
-	return stepSleep
+	return step
 }
 
 // takingGrant, when set (by a test), runs as a waiter that was handed the
@@ -199,17 +160,13 @@ func (wt *waitRun) take() waitStep {
 		takingGrant()
 	}
 	c, w, h := wt.c, wt.w, wt.s.h
-	c.qmu.Lock()
-	at, tok, top := w.grantAt, w.grantTok, w.grantTop
-	c.qmu.Unlock()
+	at, tok, top := c.grantOf(w)
 	if !c.grantLasts(h, at) {
 		// Its lease ran out before this goroutine ran, or the transfer sent
 		// after it was woken failed: the lock may be someone else's by now.
 		// What is left of it goes, and the head tries afresh.
 		c.dropGrant(wt.ctx, h)
-		c.qmu.Lock()
-		w.granted, w.tryNow = false, w.head
-		c.qmu.Unlock()
+		c.refuseGrant(w)
 		return stepLook
 	}
 	wt.acquired = true
@@ -223,7 +180,7 @@ func (wt *waitRun) take() waitStep {
 // has more than the watchdog's margin left, and its transfer, when sent
 // after the waiter was woken (see handOverAhead), has not failed. Otherwise
 // the watchdog no longer renews it.
-func (c *Client) grantLasts(h *hold, at time.Time) bool {
+func (c *engine) grantLasts(h *hold, at time.Time) bool {
 	if h.fixed {
 		return time.Now().Before(at.Add(h.lease))
 	}
@@ -238,7 +195,7 @@ func (c *Client) grantLasts(h *hold, at time.Time) bool {
 // dropGrant undoes a handover to h that its waiter does not take: once its
 // transfer, if still on its way, has an outcome, nothing renews h and
 // whatever Redis holds of it goes.
-func (c *Client) dropGrant(ctx context.Context, h *hold) {
+func (c *engine) dropGrant(ctx context.Context, h *hold) {
 	h.awaitTransfer()
 	if !h.fixed {
 		c.dog.remove(&h.renewal)
@@ -266,13 +223,9 @@ func (wt *waitRun) turn() (waitStep, error) {
 	}
 	// A handover to this waiter and its own attempt exclude each other:
 	// both would make it the holder, each with a token of its own.
-	c.qmu.Lock()
-	if w.reserved || w.granted {
-		c.qmu.Unlock()
+	if !c.startTrying(w) {
 		return stepLook, nil // handed over, or about to be: wait for the outcome
 	}
-	w.trying = true
-	c.qmu.Unlock()
 	ok, free, r := false, true, time.Duration(0)
 	if wt.probe {
 		free, r, err = wt.prober.probe(ctx, wt.s.h)
@@ -280,13 +233,7 @@ func (wt *waitRun) turn() (waitStep, error) {
 	if err == nil && free {
 		ok, r, err = c.tryOnce(ctx, &wt.s)
 	}
-	c.qmu.Lock()
-	if ok {
-		wt.q.handoffs = 0 // taken in a race: a new run of handovers may start
-	} else {
-		w.trying = false
-	}
-	c.qmu.Unlock()
+	c.tried(wt.q, w, ok)
 	switch {
 	case err != nil:
 		return stepDone, wt.giveUp(err, false)
@@ -318,9 +265,7 @@ func (wt *waitRun) sleep() (waitStep, error) {
 	case <-wt.w.notify:
 		return stepLook, nil
 	case <-wt.timer.C:
-		c.qmu.Lock()
-		wt.w.tryNow = wt.w.head
-		c.qmu.Unlock()
+		c.boundRanOut(wt.w)
 		return stepLook, nil
 	case <-wt.deadline:
 		return wt.ranOut()
@@ -362,57 +307,4 @@ func (wt *waitRun) giveUp(err error, keep bool) error {
 type lineWaker interface {
 	kind
 	alsoWokenBy() string
-}
-
-// awaitSubscription makes sure q's unlock channel is subscribed and confirmed,
-// and the channel its waiter is also woken by if any (see lineWake).
-// A subscription that failed is dropped, so that the next head subscribes anew.
-func (c *Client) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
-	if err := c.awaitChannel(ctx, name, q, &q.sub, q.channel, deadline); err != nil || q.line.also == "" {
-		return err
-	}
-	return c.awaitChannel(ctx, name, q, &q.line.sub, q.line.also, deadline)
-}
-
-// awaitChannel makes sure channel is subscribed and confirmed for q, its
-// subscription kept in *sub (guarded by qmu). The subscription of a
-// lineWake's channel is relayed to q.
-func (c *Client) awaitChannel(ctx context.Context, name string, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
-	c.qmu.Lock()
-	relayed := false
-	if *slot == nil {
-		*slot = c.subs.acquire(channel)
-		relayed = slot == &q.line.sub
-	}
-	sub := *slot
-	c.qmu.Unlock()
-	if relayed {
-		c.addRelay(channel, relay{to: c, channel: q.name, line: true})
-	}
-	select {
-	case <-sub.ready:
-	case <-deadline:
-		return notAcquired(ctx, name)
-	case <-ctx.Done():
-		return ctxErr(name, ctx)
-	case <-c.done:
-		return wrap(name, ErrClosed)
-	}
-	err := sub.err
-	if err == nil {
-		return nil
-	}
-	c.qmu.Lock()
-	drop := *slot == sub
-	if drop {
-		*slot = nil
-	}
-	c.qmu.Unlock()
-	if drop {
-		if slot == &q.line.sub {
-			c.removeRelay(channel, relay{to: c, channel: q.name, line: true})
-		}
-		c.subs.release(sub)
-	}
-	return wrap(name, noted("subscribe to unlock messages", unavailable(err)))
 }

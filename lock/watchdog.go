@@ -24,8 +24,8 @@ const (
 // pipelined — and a lock found gone cancels its holder's context with ErrLost
 // at once. When Redis cannot be reached the renewals are retried until a
 // lock's lease would have run out; then that lock is declared lost too.
-type watchdog struct {
-	c      *Client
+type watchdogLoop struct {
+	c      *link
 	period time.Duration
 
 	mu      sync.Mutex
@@ -72,8 +72,8 @@ func (r *renewal) fail(why string) {
 	r.lost(why)
 }
 
-func newWatchdog(c *Client) *watchdog {
-	return &watchdog{
+func newWatchdog(c *link) *watchdogLoop {
+	return &watchdogLoop{
 		c:      c,
 		period: c.opts.watchdogTimeout / 3,
 		holds:  make(map[*renewal]struct{}),
@@ -90,13 +90,13 @@ func newWatchdog(c *Client) *watchdog {
 // for h or not at all, and when no pass is scheduled; otherwise the timer
 // fires first, and re-arms itself for h among the others (a hold of the
 // usual lease, added after the others, needs no wake-up).
-func (w *watchdog) add(h *renewal, until time.Time) { w.enlist(h, until, false, false) }
+func (w *watchdogLoop) add(h *renewal, until time.Time) { w.enlist(h, until, false, false) }
 
 // handOff starts renewing h, the hold a releaser has just handed the lock
 // to, whose lease runs until until: from the handover on, however late its
 // waiter's goroutine runs. Until the waiter claims it, h is not told of a
 // loss (its owner is not held yet): the loss only stops its renewals.
-func (w *watchdog) handOff(h *renewal, until time.Time) { w.enlist(h, until, true, false) }
+func (w *watchdogLoop) handOff(h *renewal, until time.Time) { w.enlist(h, until, true, false) }
 
 // pend is handOff for a hold handed over ahead of its transfer (see
 // handOverAhead), before the transfer is sent: h is not renewed until it
@@ -104,7 +104,7 @@ func (w *watchdog) handOff(h *renewal, until time.Time) { w.enlist(h, until, tru
 // its lease is watched from now on: a hold whose transfer is still on its
 // way when the lease ends is declared lost then, however long the call
 // still waits for its reply.
-func (w *watchdog) pend(h *renewal, until time.Time) { w.enlist(h, until, true, true) }
+func (w *watchdogLoop) pend(h *renewal, until time.Time) { w.enlist(h, until, true, true) }
 
 // landed lets the watchdog renew h, pended until its transfer landed. A
 // hold that a pass passed over while its transfer was on its way is renewed
@@ -112,7 +112,7 @@ func (w *watchdog) pend(h *renewal, until time.Time) { w.enlist(h, until, true, 
 // transfer late by a third of a lease or more). Only the passes on the
 // schedule owe such renewals, so that a hot key, whose next holder is
 // nearly always pending, costs at most one renewal more per pass.
-func (w *watchdog) landed(h *renewal) {
+func (w *watchdogLoop) landed(h *renewal) {
 	w.mu.Lock()
 	h.pending = false
 	owed := h.owed
@@ -128,7 +128,7 @@ func (w *watchdog) landed(h *renewal) {
 // goroutine runs: it reports whether h is still renewed with more than
 // expiryMargin of its lease left, and otherwise stops renewing it (the lock
 // may be someone else's by now). establish then adopts h.
-func (w *watchdog) claim(h *renewal) bool {
+func (w *watchdogLoop) claim(h *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.holds[h]
@@ -141,7 +141,7 @@ func (w *watchdog) claim(h *renewal) bool {
 
 // adopt ends the handover of h (see handOff) once its owner is held: from
 // then on a loss is told to it. It reports whether h is still renewed.
-func (w *watchdog) adopt(h *renewal) bool {
+func (w *watchdogLoop) adopt(h *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h.handed = false
@@ -150,7 +150,7 @@ func (w *watchdog) adopt(h *renewal) bool {
 }
 
 // enlist is add, handOff when handed, and pend when pending too.
-func (w *watchdog) enlist(h *renewal, until time.Time, handed, pending bool) {
+func (w *watchdogLoop) enlist(h *renewal, until time.Time, handed, pending bool) {
 	w.mu.Lock()
 	h.until, h.handed, h.pending, h.owed = until, handed, pending, false
 	w.holds[h] = struct{}{}
@@ -171,7 +171,7 @@ func (w *watchdog) enlist(h *renewal, until time.Time, handed, pending bool) {
 // remove stops renewing h. It reports whether h was being renewed. A renewal
 // already under way may still reach Redis; the scripts renew only locks
 // their owner still holds, so it cannot revive a released lock.
-func (w *watchdog) remove(h *renewal) bool {
+func (w *watchdogLoop) remove(h *renewal) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.holds[h]
@@ -180,13 +180,13 @@ func (w *watchdog) remove(h *renewal) bool {
 }
 
 // leaseEnd returns when h's lease ends unless renewed.
-func (w *watchdog) leaseEnd(h *renewal) time.Time {
+func (w *watchdogLoop) leaseEnd(h *renewal) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return h.until
 }
 
-func (w *watchdog) loop() {
+func (w *watchdogLoop) loop() {
 	tick := time.NewTimer(w.period)
 	defer tick.Stop()
 	expiry := time.NewTimer(time.Hour)
@@ -249,7 +249,7 @@ func (w *watchdog) loop() {
 // expiryMargin is how long before a lease ends, unless renewed, its hold is
 // declared lost: timers fire late on a busy machine, and the holder must be
 // told before Redis lets the next one in.
-func (w *watchdog) expiryMargin() time.Duration { return w.c.opts.watchdogTimeout / 20 }
+func (w *watchdogLoop) expiryMargin() time.Duration { return w.c.opts.watchdogTimeout / 20 }
 
 // armExpiry sets t to fire when the earliest lease is about to end unless
 // renewed. With nothing held it is set for the earliest a hold of the usual
@@ -258,7 +258,7 @@ func (w *watchdog) expiryMargin() time.Duration { return w.c.opts.watchdogTimeou
 // loop (see enlist). Were the timer stopped instead, every Lock after the
 // loop had looked at an empty table would wake it again: on an uncontended
 // lock, nearly every Lock.
-func (w *watchdog) armExpiry(t *time.Timer) {
+func (w *watchdogLoop) armExpiry(t *time.Timer) {
 	w.mu.Lock()
 	var earliest time.Time
 	for h := range w.holds {
@@ -280,7 +280,7 @@ func (w *watchdog) armExpiry(t *time.Timer) {
 // someone else by now, whatever a renewal still under way answers later.
 // What Redis may still hold of it (a renewal that arrives late) is released
 // in the background.
-func (w *watchdog) expireOverdue() {
+func (w *watchdogLoop) expireOverdue() {
 	now := time.Now().Add(w.expiryMargin())
 	var overdue []*renewal
 	w.mu.Lock()
@@ -305,14 +305,14 @@ func (w *watchdog) expireOverdue() {
 // due reports whether a lock renewed until until needs renewing in a pass
 // that runs at now: every lock on a regular pass (renewed about a period
 // ago), only those whose last renewal failed on a retry pass.
-func (w *watchdog) due(until, now time.Time) bool {
+func (w *watchdogLoop) due(until, now time.Time) bool {
 	return until.Sub(now) < w.c.opts.watchdogTimeout-w.period/2
 }
 
 // renew extends every hold that is due once and returns how soon to retry
 // the ones that failed (a period when none did; <0 when nothing is held:
 // wait for the next hold).
-func (w *watchdog) renew() time.Duration {
+func (w *watchdogLoop) renew() time.Duration {
 	now := time.Now()
 	w.mu.Lock()
 	if len(w.holds) == 0 {
@@ -333,7 +333,7 @@ func (w *watchdog) renew() time.Duration {
 
 // extend renews the holds all once and returns how soon to retry the ones
 // that failed (a period when none did).
-func (w *watchdog) extend(all []*renewal) time.Duration {
+func (w *watchdogLoop) extend(all []*renewal) time.Duration {
 	if len(all) == 0 {
 		return w.period
 	}
@@ -394,7 +394,7 @@ func (w *watchdog) extend(all []*renewal) time.Duration {
 
 // chunk groups holds by script and hash slot and splits the groups into
 // script calls of at most renewChunk locks each.
-func (w *watchdog) chunk(all []*renewal) [][]*renewal {
+func (w *watchdogLoop) chunk(all []*renewal) [][]*renewal {
 	type group struct {
 		script *script
 		slot   int
@@ -429,7 +429,7 @@ func (w *watchdog) chunk(all []*renewal) [][]*renewal {
 // trip has its own deadline, so that a slow one fails alone instead of
 // taking the rest of the pass with it. A server that lost its script cache
 // gets the script loaded once and the failed calls again.
-func (w *watchdog) send(chunks [][]*renewal) ([]*redis.Cmd, []time.Time) {
+func (w *watchdogLoop) send(chunks [][]*renewal) ([]*redis.Cmd, []time.Time) {
 	lease := w.c.leaseMS
 	calls := make([]scriptCall, len(chunks))
 	for i, chunk := range chunks {

@@ -5,7 +5,7 @@
 -- KEYS[2]  the unlock channel "redisson_lock__channel:{<name>}", Redisson's
 --          RLock's; the first waiter in the line of a FairMutex of the same
 --          name (a Mutex and a FairMutex of one name exclude each other)
---          listens on it too (see lineWake in queue.go)
+--          listens on it too (see lineWake in lines.go)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the hold count the owner believes it has before this call
 -- ARGV[3]  the publish command: "publish", or "spublish" on Redis Cluster

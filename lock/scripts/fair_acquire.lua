@@ -29,7 +29,7 @@
 --                     ours must next show it is alive, whichever is first
 --         {2, pttl}   queued first in line: the holder's PTTL (-1: no
 --                     expiry); the waiter then acts on a Mutex's unlock
---                     message too (see lineWake in queue.go)
+--                     message too (see lineWake in lines.go)
 --         {3, wait}   queued behind a foreign waiter (no liveness entry of
 --                     ours) who is first while the lock is free; wait is how
 --                     long until that waiter's deadline

@@ -64,6 +64,8 @@ type Client struct {
 	queues map[string]*waitQueue    // by unlock channel
 	nqueue atomic.Int32             // len(queues), set under qmu: 0 lets an uncontended Lock and Unlock skip qmu (see queued)
 	relays map[string]map[relay]int // unlock channels forwarded to other Clients' queues
+	runs   map[string]*foreignRun   // turns beyond a queue's life, by unlock channel (see foreign.go)
+	nruns  atomic.Int32             // len(runs), set under qmu: 0 lets a Lock and Unlock skip qmu
 
 	subs *subscriber
 	dog  *watchdog
@@ -91,6 +93,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		holds:   newHoldTable(),
 		queues:  make(map[string]*waitQueue),
 		relays:  make(map[string]map[relay]int),
+		runs:    make(map[string]*foreignRun),
 	}
 	c.life, c.end = context.WithCancel(context.Background())
 	c.done = c.life.Done()

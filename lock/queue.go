@@ -145,6 +145,7 @@ func (c *Client) join(name, channel string, shared, enlist bool, h *hold) (*wait
 		q = &waitQueue{name: name, channel: channel}
 		c.queues[name] = q
 		c.nqueue.Store(int32(len(c.queues)))
+		c.resumeRun(q)
 	}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
@@ -179,6 +180,7 @@ func (c *Client) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.D
 	}
 	var also *chanSub
 	if len(q.waiters) == 0 {
+		c.keepRun(q)
 		delete(c.queues, q.name)
 		c.nqueue.Store(int32(len(c.queues)))
 		release, q.sub = q.sub, nil

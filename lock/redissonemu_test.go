@@ -318,3 +318,35 @@ func TestRedissonEmu_RWMutexAndRReadWriteLockWritersKeepEveryoneOut(t *testing.T
 	}
 	rw.Unlock(wctx)
 }
+
+// A Java thread woken by an unlock message needs the message, its own
+// scheduling and a round trip to take the lock; a Client's next holder
+// (handed the lock, or a fresh Lock with one round trip) is quicker. Under
+// sustained contention neither side may wait long: the Client lets the
+// foreign waiters it counts go first when it frees the lock, and frees it at
+// the end of every turn however its goroutines come and go. A loaded
+// machine can stall either side on its own, so the bound is judged by the
+// best of up to four windows; without the mechanism the Java threads wait
+// for seconds in every one.
+func TestRedissonEmu_MutexTurnsBoundAForeignWaitersWait(t *testing.T) {
+	const bound = 500 * time.Millisecond
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	j := javaService(t, srv, redissonemu.Config{})
+	var worst time.Duration
+	for range 4 {
+		r := contend(t, 2*time.Second, mutexSide(c.Mutex(name)), javaLockSide(j.Lock(name)), 1, false)
+		if r.Overlaps != 0 {
+			t.Fatalf("%d holds began while the other side held the lock", r.Overlaps)
+		}
+		w := max(r.LongestWait["go"], r.LongestWait["java"])
+		if r.Share["java#0"] > 0 && r.Share["java#1"] > 0 && w <= bound {
+			return
+		}
+		if worst == 0 || w < worst {
+			worst = w
+		}
+	}
+	t.Fatalf("in every window an acquisition waited longer than %v, at best %v", bound, worst)
+}

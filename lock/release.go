@@ -103,6 +103,8 @@ func (c *Client) releaseLevel(ctx context.Context, h *hold) error {
 	left, err := h.kind.release(context.WithoutCancel(ctx), h)
 	if turn {
 		c.endTurn(channel)
+	} else if h.levels == 1 && err == nil {
+		c.freed(channel)
 	}
 	return c.settle(h, renewed, left, err)
 }

@@ -1,0 +1,178 @@
+package lock
+
+// Foreign waiters: clients of a lock's channel that are not Clients of this
+// package (Redisson's, on a name shared with Java services). They are woken
+// by the unlock message like another Client's head, but need longer to take
+// the lock (the message, their own scheduling, then one round trip), and
+// they do not take part in the turns of turnStagger: left to the races, a
+// Client's next attempt (a fresh Lock, or its head after yieldDelay) takes
+// the lock first nearly every time, and a foreign waiter waits for seconds.
+//
+// So every subscription of a Client to an unlock channel comes with one to
+// the channel's mark (markChannel), which nobody publishes on: PUBSUB NUMSUB
+// of both, in the one command that counts the others at the end of a turn
+// (countOthers), tells the foreign subscribers from the Clients of this
+// package. While foreign ones listen, a Client that frees the lock (at the
+// end of a turn, or with no waiter of its own) holds its waiters and its
+// fresh Lock calls on that channel back for foreignYield, and the run of
+// handovers that ends a turn is counted across the moments its queue is
+// empty (the waiters of a Client with few goroutines come and go between
+// handovers), so that the turns do end.
+
+import (
+	"strings"
+	"time"
+)
+
+// foreignYield is how long a Client that freed a lock while foreign waiters
+// listen lets them take it before its own head looks, and before its fresh
+// Lock calls try: long enough for a woken Redisson waiter on a loaded host.
+// It is spent only when the foreign waiter does not take the lock; when it
+// does, its unlock message ends the wait.
+const foreignYield = 5 * time.Millisecond
+
+// foreignFresh is how long a count of foreign waiters is trusted by a free
+// outside a turn's end, where nothing counts them again.
+const foreignFresh = time.Second
+
+// markSuffix names the mark of an unlock channel (see markChannel).
+const markSuffix = ":seckillguard-waits"
+
+// markChannel returns the channel this package's Clients subscribe to
+// beside channel, and that nothing is published on: the number of its
+// subscribers is the number of the package's Clients among channel's. It is
+// in channel's hash slot when channel's name has a hash tag; it returns ""
+// when it has none in a Cluster (the two could not be subscribed to in one
+// command there, and every subscriber then counts as a Client of ours).
+func markChannel(channel string, cluster bool) string {
+	if cluster {
+		open := strings.IndexByte(channel, '{')
+		if open < 0 || strings.IndexByte(channel[open+1:], '}') <= 0 {
+			return ""
+		}
+	}
+	return channel + markSuffix
+}
+
+// A foreignRun is what a Client knows of one lock's turns beyond its wait
+// queue's life. Guarded by Client.qmu.
+type foreignRun struct {
+	handoffs int       // the run of handovers of a queue that emptied (see waitQueue.handoffs), for the next queue
+	foreign  int64     // foreign subscribers at the last count
+	asked    time.Time // when they were counted
+	back     time.Time // until then the Client's fresh Lock calls and new heads let the foreign waiters go first
+}
+
+// runOf returns channel's foreignRun, creating it. The caller holds qmu.
+func (c *Client) runOf(channel string) *foreignRun {
+	r := c.runs[channel]
+	if r == nil {
+		r = &foreignRun{}
+		c.runs[channel] = r
+		c.nruns.Store(int32(len(c.runs)))
+	}
+	return r
+}
+
+// dropRun forgets channel's foreignRun when it has nothing left to say. The
+// caller holds qmu.
+func (c *Client) dropRun(channel string, r *foreignRun, now time.Time) {
+	if r.handoffs == 0 && now.After(r.back) && (r.foreign == 0 || now.Sub(r.asked) > foreignFresh) {
+		delete(c.runs, channel)
+		c.nruns.Store(int32(len(c.runs)))
+	}
+}
+
+// countedForeign records a count of channel's foreign subscribers.
+func (c *Client) countedForeign(channel string, n int64, at time.Time) {
+	if n <= 0 && c.nruns.Load() == 0 {
+		return
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if n <= 0 {
+		if r := c.runs[channel]; r != nil {
+			r.foreign = 0
+			c.dropRun(channel, r, at)
+		}
+		return
+	}
+	r := c.runOf(channel)
+	r.foreign, r.asked = n, at
+}
+
+// yieldFor returns how long the head of channel's queue lets others take
+// the lock freed at the end of this Client's turn, and sets the hold-back
+// of the Client's fresh Lock calls when foreign waiters listen. The caller
+// holds qmu.
+func (c *Client) yieldFor(channel string, now time.Time) time.Duration {
+	r := c.runs[channel]
+	if r == nil || r.foreign <= 0 || now.Sub(r.asked) > foreignFresh {
+		return yieldDelay
+	}
+	r.back = now.Add(foreignYield)
+	return foreignYield
+}
+
+// keepRun records, as the queue q empties, its run of handovers for the
+// next queue of its channel: the last waiter may hold the lock by a
+// handover, and the goroutine that handed it over comes back at once. The
+// caller holds qmu.
+func (c *Client) keepRun(q *waitQueue) {
+	if q.handoffs > 0 && q.line.also == "" && q.name == q.channel {
+		c.runOf(q.channel).handoffs = q.handoffs
+	}
+}
+
+// resumeRun gives a new queue of channel the run of handovers its last one
+// left, and, when foreign waiters were let go first a moment ago, the
+// hold-back. The caller holds qmu.
+func (c *Client) resumeRun(q *waitQueue) {
+	r := c.runs[q.channel]
+	if r == nil || q.name != q.channel {
+		return
+	}
+	now := time.Now()
+	q.handoffs, r.handoffs = r.handoffs, 0
+	if now.Before(r.back) {
+		q.yield = r.back
+	}
+	c.dropRun(q.channel, r, now)
+}
+
+// heldBack reports whether a fresh Lock call on channel lets foreign
+// waiters go first (see foreignRun.back): it queues instead of trying.
+func (c *Client) heldBack(channel string) bool {
+	if c.nruns.Load() == 0 {
+		return false
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	r := c.runs[channel]
+	return r != nil && time.Now().Before(r.back)
+}
+
+// freed is called after this Client freed the lock of channel other than
+// at the end of a turn: the run of handovers is over, and when foreign
+// waiters listen, the Client's head and fresh Lock calls let them go first.
+func (c *Client) freed(channel string) {
+	if c.nruns.Load() == 0 {
+		return
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	r := c.runs[channel]
+	if r == nil {
+		return
+	}
+	now := time.Now()
+	r.handoffs = 0
+	if r.foreign > 0 && now.Sub(r.asked) <= foreignFresh {
+		r.back = now.Add(foreignYield)
+		if q := c.queues[channel]; q != nil {
+			q.handoffs = 0
+			q.yield = r.back
+		}
+	}
+	c.dropRun(channel, r, now)
+}

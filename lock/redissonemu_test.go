@@ -333,7 +333,10 @@ func TestRedissonEmu_MutexTurnsBoundAForeignWaitersWait(t *testing.T) {
 	srv := testenv.Redis(t)
 	name := lockName(t)
 	c := instances(t, srv, 1)[0]
-	j := javaService(t, srv, redissonemu.Config{})
+	// A woken JVM thread of a loaded host runs a few milliseconds later
+	// (WakeDelay): longer than a Client's head lets other Clients of this
+	// package go first (yieldDelay).
+	j := javaService(t, srv, redissonemu.Config{WakeDelay: 3 * time.Millisecond})
 	var worst time.Duration
 	for range 4 {
 		r := contend(t, 2*time.Second, mutexSide(c.Mutex(name)), javaLockSide(j.Lock(name)), 1, false)

@@ -35,8 +35,10 @@ const foreignYield = 5 * time.Millisecond
 // outside a turn's end, where nothing counts them again.
 const foreignFresh = time.Second
 
-// markSuffix names the mark of an unlock channel (see markChannel).
-const markSuffix = ":seckillguard-waits"
+// markPrefix names the mark of an unlock channel (see markChannel). A
+// prefix, so that no pattern of Redisson's channel names matches a mark, and
+// without a brace, so that the channel's hash tag is the mark's.
+const markPrefix = "seckillguard_waits:"
 
 // markChannel returns the channel this package's Clients subscribe to
 // beside channel, and that nothing is published on: the number of its
@@ -51,7 +53,7 @@ func markChannel(channel string, cluster bool) string {
 			return ""
 		}
 	}
-	return channel + markSuffix
+	return markPrefix + channel
 }
 
 // A foreignRun is what a Client knows of one lock's turns beyond its wait

@@ -38,6 +38,10 @@ const foreignYield = 10 * time.Millisecond
 // outside a turn's end, where nothing counts them again.
 const foreignFresh = time.Second
 
+// runSweep is how many foreignRun records a Client keeps before it drops
+// the stale ones (see runOf).
+const runSweep = 64
+
 // markPrefix names the mark of an unlock channel (see markChannel). A
 // prefix, so that no pattern of Redisson's channel names matches a mark, and
 // without a brace, so that the channel's hash tag is the mark's.
@@ -69,9 +73,23 @@ type foreignRun struct {
 }
 
 // runOf returns channel's foreignRun, creating it. The caller holds qmu.
+//
+// A record is dropped by the next free or queue of its channel once it has
+// nothing left to say; one that none comes for (a hold lost rather than
+// released, a name no longer used) goes when runSweep records have piled
+// up, so that a Client that met foreign waiters once does not look records
+// up for every Lock and Unlock from then on.
 func (c *Client) runOf(channel string) *foreignRun {
 	r := c.runs[channel]
 	if r == nil {
+		if len(c.runs) >= runSweep {
+			now := time.Now()
+			for ch, old := range c.runs {
+				if now.Sub(old.asked) > foreignFresh && now.After(old.back) {
+					delete(c.runs, ch) // a run of handovers it kept is long over, or lost
+				}
+			}
+		}
 		r = &foreignRun{}
 		c.runs[channel] = r
 		c.nruns.Store(int32(len(c.runs)))

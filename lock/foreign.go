@@ -137,6 +137,18 @@ func (c *Client) yieldFor(channel string, now time.Time) time.Duration {
 	return foreignYield
 }
 
+// foreignFirst returns how much longer the head of channel's queue, still
+// due behind others after an unlock message, lets foreign waiters take the
+// lock first: foreignYield while some listen, so that another Client of
+// this package's turn ending gives them their chance too, else nothing.
+// The caller holds qmu.
+func (c *Client) foreignFirst(channel string, now time.Time) time.Duration {
+	if r := c.runs[channel]; r != nil && r.foreign > 0 && now.Sub(r.asked) <= foreignFresh {
+		return foreignYield
+	}
+	return 0
+}
+
 // keepRun records, as the queue q empties, its run of handovers for the
 // next queue of its channel: the last waiter may hold the lock by a
 // handover, and the goroutine that handed it over comes back at once. The

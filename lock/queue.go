@@ -255,7 +255,7 @@ func (c *Client) wakeQueue(q *waitQueue) {
 	if now := time.Now(); q.others > 0 && now.After(q.yield) {
 		q.heard++
 		if due := q.others - q.heard; due > 0 {
-			q.yield = now.Add(time.Duration(due) * turnStagger)
+			q.yield = now.Add(time.Duration(due)*turnStagger + c.foreignFirst(q.channel, now))
 		} else {
 			q.yield = time.Time{} // its turn: try at once, without a look first
 		}

@@ -1,6 +1,9 @@
 package lock
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // HoldsOf returns how many holds c keeps registered: held ones, and ones an
 // operation in progress uses. The model test (model_test.go) requires 0
@@ -47,3 +50,17 @@ func WatchdogKicks(c *Client) int64 { return c.dog.kicks.Load() }
 // TokenBlock is how many fencing tokens a Mutex's acquisition reserves, its
 // own included.
 const TokenBlock = tokenBlock
+
+// ForeignWaiters counts, as a Client does at the end of a turn, the
+// subscribers of the unlock channel of c's Mutex name that are not Clients
+// of this package (see markChannel), and returns the count c recorded.
+func ForeignWaiters(c *Client, name string) int64 {
+	ch := c.Mutex(name).unlockCh
+	c.countOthers(context.Background(), ch)
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if r := c.runs[ch]; r != nil {
+		return r.foreign
+	}
+	return 0
+}

@@ -26,6 +26,8 @@ type lines struct {
 	queues map[string]*waitQueue    // by unlock channel
 	nqueue atomic.Int32             // len(queues), set under qmu: 0 lets an uncontended Lock and Unlock skip qmu (see queued)
 	relays map[string]map[relay]int // unlock channels forwarded to other Clients' queues
+	runs   map[string]*foreignRun   // turns beyond a queue's life, by unlock channel (see foreign.go)
+	nruns  atomic.Int32             // len(runs), set under qmu: 0 lets a Lock and Unlock skip qmu
 }
 
 // newLines returns the empty waiting lines of the Client behind l, with
@@ -35,6 +37,7 @@ func newLines(l *link) *lines {
 		link:   l,
 		queues: make(map[string]*waitQueue),
 		relays: make(map[string]map[relay]int),
+		runs:   make(map[string]*foreignRun),
 	}
 	c.subs = newSubscriber(l, c)
 	return c

@@ -120,15 +120,25 @@ func (s *subscriber) subscribe(cs *chanSub, after chan struct{}) {
 		s.mu.Lock()
 		cs.conn = pc
 		s.mu.Unlock()
+		chans := s.withMark(cs.channel)
 		if pc.sharded {
-			err = pc.ps.SSubscribe(ctx, cs.channel)
+			err = pc.ps.SSubscribe(ctx, chans...)
 		} else {
-			err = pc.ps.Subscribe(ctx, cs.channel)
+			err = pc.ps.Subscribe(ctx, chans...)
 		}
 	}
 	if err != nil {
 		s.fail(cs, err)
 	}
+}
+
+// withMark returns channel and its mark (see markChannel), subscribed and
+// unsubscribed together.
+func (s *subscriber) withMark(channel string) []string {
+	if mark := markChannel(channel, s.c.cluster); mark != "" {
+		return []string{channel, mark}
+	}
+	return []string{channel}
 }
 
 // fail ends cs with err: its waiters see the error, the next one subscribes anew.
@@ -170,10 +180,10 @@ func (s *subscriber) release(cs *chanSub) {
 		s.closing[cs.channel] = done
 		s.mu.Unlock()
 		ctx, cancel := s.c.backgroundContext(5 * time.Second)
-		if conn.sharded {
-			_ = conn.ps.SUnsubscribe(ctx, cs.channel)
+		if chans := s.withMark(cs.channel); conn.sharded {
+			_ = conn.ps.SUnsubscribe(ctx, chans...)
 		} else {
-			_ = conn.ps.Unsubscribe(ctx, cs.channel)
+			_ = conn.ps.Unsubscribe(ctx, chans...)
 		}
 		cancel()
 		s.mu.Lock()
@@ -320,7 +330,7 @@ func (s *subscriber) dropped(pc *psConn, channel string) {
 	conn := cs.conn
 	s.mu.Unlock()
 	ctx, cancel := s.c.backgroundContext(5 * time.Second)
-	_ = conn.ps.SUnsubscribe(ctx, channel) // forget it in go-redis too, or it resubscribes on reconnect
+	_ = conn.ps.SUnsubscribe(ctx, s.withMark(channel)...) // forget it in go-redis too, or it resubscribes on reconnect
 	cancel()
 	s.to.resubscribe(channel, cs)
 }

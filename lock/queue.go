@@ -76,6 +76,7 @@ func (c *lines) join(name, channel string, shared, enlist bool, h *hold) (*waitQ
 		q = &waitQueue{name: name, channel: channel}
 		c.queues[name] = q
 		c.nqueue.Store(int32(len(c.queues)))
+		c.resumeRun(q)
 	}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
@@ -110,6 +111,7 @@ func (c *lines) leaveQueue(q *waitQueue, w *waiter, acquired bool, lease time.Du
 	}
 	var also *chanSub
 	if len(q.waiters) == 0 {
+		c.keepRun(q)
 		delete(c.queues, q.name)
 		c.nqueue.Store(int32(len(c.queues)))
 		release, q.sub = q.sub, nil
@@ -184,7 +186,7 @@ func (c *lines) wakeQueue(q *waitQueue) {
 	if now := time.Now(); q.others > 0 && now.After(q.yield) {
 		q.heard++
 		if due := q.others - q.heard; due > 0 {
-			q.yield = now.Add(time.Duration(due) * turnStagger)
+			q.yield = now.Add(time.Duration(due)*turnStagger + c.foreignFirst(q.channel, now))
 		} else {
 			q.yield = time.Time{} // its turn: try at once, without a look first
 		}

@@ -318,3 +318,90 @@ func TestRedissonEmu_RWMutexAndRReadWriteLockWritersKeepEveryoneOut(t *testing.T
 	}
 	rw.Unlock(wctx)
 }
+
+// A Java thread woken by an unlock message needs the message, its own
+// scheduling and a round trip to take the lock; a Client's next holder
+// (handed the lock, or a fresh Lock with one round trip) is quicker. Under
+// sustained contention neither side may wait long: the Client lets the
+// foreign waiters it counts go first when it frees the lock, and frees it at
+// the end of every turn however its goroutines come and go. A loaded
+// machine can stall either side on its own, so the bound is judged by the
+// best of up to four windows; without the mechanism the Java threads wait
+// for seconds in every one.
+func TestRedissonEmu_MutexTurnsBoundAForeignWaitersWait(t *testing.T) {
+	const bound = 500 * time.Millisecond
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	// A woken JVM thread of a loaded host runs a few milliseconds later
+	// (WakeDelay): longer than a Client's head lets other Clients of this
+	// package go first (yieldDelay).
+	j := javaService(t, srv, redissonemu.Config{WakeDelay: 3 * time.Millisecond})
+	var worst time.Duration
+	for range 4 {
+		r := contend(t, 2*time.Second, mutexSide(c.Mutex(name)), javaLockSide(j.Lock(name)), 1, false)
+		if r.Overlaps != 0 {
+			t.Fatalf("%d holds began while the other side held the lock", r.Overlaps)
+		}
+		w := max(r.LongestWait["go"], r.LongestWait["java"])
+		if r.Share["java#0"] > 0 && r.Share["java#1"] > 0 && w <= bound {
+			return
+		}
+		if worst == 0 || w < worst {
+			worst = w
+		}
+	}
+	t.Fatalf("in every window an acquisition waited longer than %v, at best %v", bound, worst)
+}
+
+// The turns count Redisson's subscribers of a Mutex's channel apart from
+// the other Clients of this package, which subscribe to the channel's mark
+// too: a Client lets only the former go first (foreignYield), or Clients of
+// this package alone would hold the lock back from each other at every
+// turn's end.
+func TestRedissonEmu_MutexTurnsTellRedissonWaitersFromOtherClients(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	cs := instances(t, srv, 2)
+	held, err := cs[0].Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel := "redisson_lock__channel:{" + name + "}"
+	subscribers := func() int64 {
+		n, _ := srv.Client().PubSubNumSub(context.Background(), channel).Result()
+		return n[channel]
+	}
+	waited := make(chan error, 2)
+	go func() {
+		ctx, err := cs[1].Mutex(name).TryLock(context.Background(), 10*time.Second)
+		if err == nil {
+			err = cs[1].Mutex(name).Unlock(ctx)
+		}
+		waited <- err
+	}()
+	eventually(t, 5*time.Second, "the other Client's waiter subscribed", func() bool { return subscribers() == 1 })
+	if n := lock.ForeignWaiters(cs[0], name); n != 0 {
+		t.Fatalf("another Client of this package's waiting counts as %d foreign waiters, want 0", n)
+	}
+	j := javaService(t, srv, redissonemu.Config{})
+	go func() {
+		err := j.Lock(name).Lock(context.Background(), 1)
+		if err == nil {
+			err = j.Lock(name).Unlock(context.Background(), 1)
+		}
+		waited <- err
+	}()
+	eventually(t, 5*time.Second, "the Java waiter subscribed", func() bool { return subscribers() == 2 })
+	if n := lock.ForeignWaiters(cs[0], name); n != 1 {
+		t.Fatalf("a Redisson waiter beside another Client's counts as %d foreign waiters, want 1", n)
+	}
+	if err := cs[0].Mutex(name).Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-waited; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -102,6 +102,8 @@ func (c *engine) releaseLevel(ctx context.Context, h *hold) error {
 	left, err := h.kind.release(h.detach(ctx), h)
 	if turn {
 		c.endTurn(channel)
+	} else if h.levels == 1 && err == nil {
+		c.freed(channel)
 	}
 	return c.settle(h, renewed, left, err)
 }

@@ -50,22 +50,32 @@ func (c *lines) othersListening(ctx context.Context, channel string) int64 {
 // othersFresh is how long othersListening trusts a count above zero.
 const othersFresh = 100 * time.Millisecond
 
-// countOthers asks Redis for othersListening.
+// countOthers asks Redis for othersListening, and records how many of the
+// others are foreign (see markChannel) with countedForeign.
 func (c *lines) countOthers(ctx context.Context, channel string) int64 {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
+	at := time.Now()
+	chans := []string{channel}
+	mark := markChannel(channel, c.cluster)
+	if mark != "" {
+		chans = append(chans, mark)
+	}
 	var counts map[string]int64
 	var err error
 	if c.cluster {
 		var node *redis.Client
 		if node, err = c.rdb.(*redis.ClusterClient).MasterForKey(ctx, channel); err == nil {
-			counts, err = node.PubSubShardNumSub(ctx, channel).Result()
+			counts, err = node.PubSubShardNumSub(ctx, chans...).Result()
 		}
 	} else {
-		counts, err = c.rdb.PubSubNumSub(ctx, channel).Result()
+		counts, err = c.rdb.PubSubNumSub(ctx, chans...).Result()
 	}
 	if err != nil {
 		return -1
+	}
+	if mark != "" {
+		c.countedForeign(channel, counts[channel]-counts[mark], at)
 	}
 	return max(counts[channel]-c.subs.listening(channel), 0)
 }
@@ -78,7 +88,8 @@ func (c *lines) startTurn(channel string, others int64) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[channel]; q != nil {
-		q.yield = time.Now().Add(yieldDelay)
+		now := time.Now()
+		q.yield = now.Add(c.yieldFor(channel, now))
 		q.heard, q.others = 0, others
 	}
 }
@@ -92,7 +103,8 @@ func (c *lines) endTurn(channel string) {
 	defer c.qmu.Unlock()
 	if q := c.queues[channel]; q != nil {
 		q.handoffs = 0
-		q.yield = time.Now().Add(yieldDelay)
+		now := time.Now()
+		q.yield = now.Add(c.yieldFor(channel, now))
 		if len(q.waiters) > 0 {
 			h := q.waiters[0]
 			h.tryNow = true

@@ -69,8 +69,9 @@ func (c *engine) waitFor(ctx context.Context, s waitSpec) error {
 	if s.wait > 0 {
 		called = time.Now()
 	}
-	if s.wait == 0 || s.eager || !c.queued(queue) {
-		// Nobody of this Client is waiting: try at once, without queueing.
+	if s.wait == 0 || s.eager || !c.queued(queue) && !c.heldBack(s.channel) {
+		// Nobody of this Client is waiting, and no foreign waiter goes
+		// first (see foreignYield): try at once, without queueing.
 		ok, _, err := c.tryOnce(ctx, &s)
 		if err != nil || ok {
 			return err

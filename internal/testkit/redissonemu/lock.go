@@ -149,6 +149,9 @@ func (l *Lock) acquire(ctx context.Context, thread int64, wait, lease time.Durat
 			}
 			return false, err
 		}
+		if d := l.c.cfg.WakeDelay; d > 0 {
+			time.Sleep(d)
+		}
 		if wait >= 0 && left() <= 0 {
 			// tryLock checks its time after each wait and gives up
 			// without another attempt.

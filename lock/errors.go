@@ -127,7 +127,7 @@ func unavailable(err error) error {
 // errOtherKind is the error of a call on a name whose keys hold the data of
 // another kind: two kinds of this package, or one of ours and a Redisson
 // object whose keys differ (an RSemaphore's counter, say), use one name.
-var errOtherKind = fmt.Errorf("%w: the name's keys hold another kind of lock or object (two kinds share the name)", ErrInvalid)
+var errOtherKind = fmt.Errorf("%w: the name's keys hold a lock or object of another type (two types share the name)", ErrInvalid)
 
 // An outage is a Redis call's failure err that matches ErrUnavailable.
 type outage struct{ cause error }

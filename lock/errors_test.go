@@ -186,7 +186,7 @@ func TestErrors_ANameOfAnotherKindSaysSo(t *testing.T) {
 			t.Errorf("%s on a name of another kind succeeded", what)
 		case !errors.Is(err, lock.ErrInvalid) || errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, lock.ErrUnavailable):
 			t.Errorf("%s on a name of another kind: %v, want an error matching ErrInvalid only", what, err)
-		case !strings.Contains(err.Error(), "another kind") || !strings.Contains(err.Error(), "WRONGTYPE"):
+		case !strings.Contains(err.Error(), "another type") || !strings.Contains(err.Error(), "WRONGTYPE"):
 			t.Errorf("%s on a name of another kind reads %q: want it to say so, with Redis's reply", what, err)
 		}
 	}

@@ -20,7 +20,6 @@ package lock
 // handovers), so that the turns do end.
 
 import (
-	"strings"
 	"time"
 )
 
@@ -41,36 +40,6 @@ const foreignFresh = time.Second
 // runSweep is how many foreignRun records a Client keeps before it drops
 // the stale ones (see runOf).
 const runSweep = 64
-
-// markPrefix names the mark of an unlock channel (see markChannel). A
-// prefix, so that no pattern of Redisson's channel names matches a mark, and
-// without a brace, so that the channel's hash tag is the mark's.
-const markPrefix = "seckillguard_waits:"
-
-// markChannel returns the channel this package's Clients subscribe to
-// beside channel, and that nothing is published on: the number of its
-// subscribers is the number of the package's Clients among channel's. It is
-// in channel's hash slot when channel's name has a hash tag; it returns ""
-// when it has none in a Cluster (the two could not be subscribed to in one
-// command there, and every subscriber then counts as a Client of ours).
-func markChannel(channel string, cluster bool) string {
-	if cluster {
-		open := strings.IndexByte(channel, '{')
-		if open < 0 || strings.IndexByte(channel[open+1:], '}') <= 0 {
-			return ""
-		}
-	}
-	return markPrefix + channel
-}
-
-// A foreignRun is what a Client knows of one lock's turns beyond its wait
-// queue's life. Guarded by Client.qmu.
-type foreignRun struct {
-	handoffs int       // the run of handovers of a queue that emptied (see waitQueue.handoffs), for the next queue
-	foreign  int64     // foreign subscribers at the last count
-	asked    time.Time // when they were counted
-	back     time.Time // until then the Client's fresh Lock calls and new heads let the foreign waiters go first
-}
 
 // runOf returns channel's foreignRun, creating it. The caller holds qmu.
 //

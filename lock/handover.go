@@ -264,9 +264,3 @@ const tokenBlock = cohortLimit + 1
 // Client that waited longest tries first and the others, arriving later,
 // look with one PTTL instead of a failed attempt.
 const turnStagger = 200 * time.Microsecond
-
-// yieldDelay is how long the head of a Client that has just ended a run of
-// handovers (see cohortLimit) lets the waiters of other Clients take the
-// lock before it tries itself. It is woken then even if the unlock message
-// escaped it.
-const yieldDelay = time.Millisecond

@@ -58,7 +58,7 @@ func (s *holdSem) release() {
 	if len(s.waiters) == 0 {
 		if !s.busy {
 			s.mu.Unlock()
-			panic("lock: release of a hold's semaphore nobody holds")
+			panic("lock: holdSem released while free")
 		}
 		s.busy = false
 		s.mu.Unlock()

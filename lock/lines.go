@@ -163,3 +163,18 @@ type handing interface {
 	// how long to wait for an unlock message at most.
 	probe(ctx context.Context, h *hold) (bool, time.Duration, error)
 }
+
+// yieldDelay is how long the head of a Client that has just ended a run of
+// handovers (see cohortLimit) lets the waiters of other Clients take the
+// lock before it tries itself. It is woken then even if the unlock message
+// escaped it.
+const yieldDelay = time.Millisecond
+
+// A foreignRun is what a Client knows of one lock's turns beyond its wait
+// queue's life. Guarded by lines.qmu.
+type foreignRun struct {
+	handoffs int       // the run of handovers of a queue that emptied (see waitQueue.handoffs), for the next queue
+	foreign  int64     // foreign subscribers at the last count
+	asked    time.Time // when they were counted
+	back     time.Time // until then the Client's fresh Lock calls and new heads let the foreign waiters go first
+}

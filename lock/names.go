@@ -75,3 +75,24 @@ const (
 	alivePrefix   = "seckillguard_fair_alive" // our waiters' liveness; Redisson never reads it
 	waitPrefix    = "seckillguard_fair_wait"  // our waiters' waits; likewise
 )
+
+// markPrefix names the mark of an unlock channel (see markChannel). A
+// prefix, so that no pattern of Redisson's channel names matches a mark, and
+// without a brace, so that the channel's hash tag is the mark's.
+const markPrefix = "seckillguard_waits:"
+
+// markChannel returns the channel this package's Clients subscribe to
+// beside channel, and that nothing is published on: the number of its
+// subscribers is the number of the package's Clients among channel's. It is
+// in channel's hash slot when channel's name has a hash tag; it returns ""
+// when it has none in a Cluster (the two could not be subscribed to in one
+// command there, and every subscriber then counts as a Client of ours).
+func markChannel(channel string, cluster bool) string {
+	if cluster {
+		open := strings.IndexByte(channel, '{')
+		if open < 0 || strings.IndexByte(channel[open+1:], '}') <= 0 {
+			return ""
+		}
+	}
+	return markPrefix + channel
+}

@@ -232,20 +232,7 @@ func (a *multiAcquisition) adopt() {
 func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor fencing.Token, lo lockOptions) (bool, time.Duration, fencing.Token, error) {
 	c, ack := ml.c, lo.ack
 	start := time.Now()
-	keys := make([]string, 0, 2*len(g))
-	args := make([]any, 0, 1+3*len(g))
-	args = append(args, int64(floor))
-	for i, m := range g {
-		h := gh[i]
-		var lease any
-		if h.levels > 0 {
-			lease = reentryArg(h, lo.lease)
-		} else {
-			lease, _ = c.leaseArgs(h)
-		}
-		keys = append(keys, m.keys...)
-		args = append(args, h.field, h.levels, lease)
-	}
+	keys, args := multiAcquireArgs(c, g, gh, floor, lo.lease)
 	var via processor = c.rdb
 	var conn *redis.Conn
 	if ack.replicas > 0 {
@@ -264,36 +251,64 @@ func (ml *MultiLock) attempt(ctx context.Context, g []*Mutex, gh []*hold, floor 
 		}
 		return false, 0, 0, ml.failed(ctx, err)
 	}
-	if len(vals) >= 2 {
-		switch vals[0] {
-		case 1:
-			if conn != nil {
-				if err := c.confirmReplicas(ctx, conn, ack); err != nil {
-					ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh), nil)
-					for _, h := range gh {
-						if h.levels > 0 {
-							keepStretched(h, start, lo.lease) // a lock ctx carries
-						}
+	if len(vals) >= 2 && vals[0] == 1 {
+		if conn != nil {
+			if err := c.confirmReplicas(ctx, conn, ack); err != nil {
+				ml.rollback(ctx, [][]*Mutex{g}, holdsByKey(g, gh), nil)
+				for _, h := range gh {
+					if h.levels > 0 {
+						keepStretched(h, start, lo.lease) // a lock ctx carries
 					}
-					return false, 0, 0, ml.failed(ctx, err)
 				}
-			}
-			return true, 0, fencing.Token(vals[1]), nil
-		case 0:
-			if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
-				return false, retryAfter(c.link, vals[1]), 0, &switchTo{g[vals[2]-1].unlockCh}
-			}
-		case -1:
-			if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
-				h := gh[vals[2]-1]
-				if c.holds.lose(h) {
-					h.end(lostError(h.name, "its hold was gone when a MultiLock re-entered it"))
-				}
-				return false, 0, 0, lostHold(h)
+				return false, 0, 0, ml.failed(ctx, err)
 			}
 		}
+		return true, 0, fencing.Token(vals[1]), nil
 	}
-	return false, 0, 0, wrap(ml.name, fmt.Errorf("unexpected reply %v from the multi acquire script", vals))
+	wait, err := ml.refused(g, gh, vals)
+	return false, wait, 0, err
+}
+
+// multiAcquireArgs returns the keys and arguments of multi_acquire.lua for the
+// locks g, whose holds are gh, all but the token expiry that ends them: the
+// floor of the token, then per lock its field, the levels this process
+// holds and the lease to set (a re-entry's, or the first acquisition's).
+func multiAcquireArgs(c *engine, g []*Mutex, gh []*hold, floor fencing.Token, lease time.Duration) ([]string, []any) {
+	keys := make([]string, 0, 2*len(g))
+	args := make([]any, 0, 2+3*len(g))
+	args = append(args, int64(floor))
+	for i, m := range g {
+		h := gh[i]
+		var l any
+		if h.levels > 0 {
+			l = reentryArg(h, lease)
+		} else {
+			l, _ = c.leaseArgs(h)
+		}
+		keys = append(keys, m.keys...)
+		args = append(args, h.field, h.levels, l)
+	}
+	return keys, args
+}
+
+// refused reads a reply of multi_acquire.lua that did not take the set g:
+// a lock of it is held by another owner (wait for its unlock channel, at
+// most the wait returned), or a hold this process re-entered is gone (it is
+// lost). Any other reply is an error.
+func (ml *MultiLock) refused(g []*Mutex, gh []*hold, vals []int64) (time.Duration, error) {
+	if len(vals) == 3 && vals[2] >= 1 && int(vals[2]) <= len(g) {
+		switch vals[0] {
+		case 0:
+			return retryAfter(ml.c.link, vals[1]), &switchTo{g[vals[2]-1].unlockCh}
+		case -1:
+			h := gh[vals[2]-1]
+			if ml.c.holds.lose(h) {
+				h.end(lostError(h.name, "its hold was gone when a MultiLock re-entered it"))
+			}
+			return 0, lostHold(h)
+		}
+	}
+	return 0, wrap(ml.name, fmt.Errorf("unexpected reply %v from the multi acquire script", vals))
 }
 
 func (ml *MultiLock) failed(ctx context.Context, err error) error {

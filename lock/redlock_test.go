@@ -106,9 +106,13 @@ func TestRedLock_LosingTheMajorityCancelsTheContext(t *testing.T) {
 	if err := rl.Unlock(ctx); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Unlock = %v, want ErrLost", err)
 	}
-	if nodes[2].Do("EXISTS", name) != int64(0) {
-		t.Fatal("the surviving node is still locked after Unlock")
-	}
+	// Released at once; a release that failed (its node call timed out on a
+	// busy machine, say) is retried in the background within 50 ms. The
+	// node was renewed at most a third of its 1 s lease before the loss, so
+	// its own expiry cannot free it this soon.
+	eventually(t, 300*time.Millisecond, "the surviving node is released, well before its lease ends", func() bool {
+		return nodes[2].Do("EXISTS", name) == int64(0)
+	})
 }
 
 // A RedLock that lost its majority releases the node left at once; when

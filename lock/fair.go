@@ -222,9 +222,50 @@ func (f *fairWaiter) undo(ctx context.Context, h *hold, acquired bool) {
 	if acquired {
 		drop = "1"
 	}
-	if err := c.run(ctx, fairLeaveScript, f.leaveKeys, h.field, c.publish, drop, f.wait, time.Now().UnixMilli()).Err(); err != nil {
+	err := f.leave(ctx, h.field, drop)
+	switch {
+	case err == nil:
+	case acquired:
 		c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not leave a fair lock's line; the place is given away after the watchdog timeout",
 			"lock", f.m.name, "timeout", c.opts.watchdogTimeout, "err", err)
+	default:
+		// The acquisition is over for good (see engine.acquire): its field is
+		// never used again, and a leave that lands twice changes nothing
+		// (fair_leave.lua lowers only the waiters behind a place it finds).
+		// So it is retried until it gets through, or until the place is
+		// anyone's to give away (its liveness ran out): Redisson's line keys
+		// have no expiry, and on a name nobody calls again the place would
+		// stay for good.
+		c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not leave a fair lock's line; retried in the background",
+			"lock", f.m.name, "timeout", c.opts.watchdogTimeout, "err", err)
+		field, until := h.field, time.Now().Add(c.opts.watchdogTimeout)
+		c.goBackground(func() { f.leaveLater(field, until) })
+	}
+}
+
+// leave takes the waiter field out of the line (and, when drop is "1", a
+// first-level hold of it that an acquisition whose reply was lost left).
+func (f *fairWaiter) leave(ctx context.Context, field, drop string) error {
+	c := f.m.c
+	return c.run(ctx, fairLeaveScript, f.leaveKeys, field, c.publish, drop, f.wait, time.Now().UnixMilli()).Err()
+}
+
+// leaveLater retries the leave of field, a waiter that gave up, until it
+// gets through, the Client closes or until passes.
+func (f *fairWaiter) leaveLater(field string, until time.Time) {
+	c := f.m.c
+	for backoff := 50 * time.Millisecond; time.Now().Before(until); backoff = min(2*backoff, time.Second) {
+		select {
+		case <-time.After(backoff):
+		case <-c.done:
+			return
+		}
+		ctx, cancel := c.backgroundContext(time.Second)
+		err := f.leave(ctx, field, "0")
+		cancel()
+		if err == nil {
+			return
+		}
 	}
 }
 

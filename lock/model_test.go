@@ -1160,7 +1160,10 @@ func (a *actor) fanout(req context.Context, all []*entry) {
 				if ctx.Err() != nil {
 					break
 				}
-				spec, ok := child.reentrySpec(all)
+				// The holds ctx carries: a downgrade of the child's own
+				// (a read hold taken under a write hold) descends from the
+				// write hold's parent, not from the holds above it in all.
+				spec, ok := child.reentrySpec(mine)
 				if a.cfg.mix["fresh"] && (!ok || child.chance(0.6)) {
 					spec = child.freshSpec(true)
 					if same {

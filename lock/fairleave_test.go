@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,5 @@ func isFairLeave(cmd redis.Cmder) bool {
 	}
 	q, _ := args[4].(string)
 	drop, _ := args[11].(string)
-	return len(q) > 20 && q[:20] == "redisson_lock_queue:" && (drop == "0" || drop == "1")
+	return strings.HasPrefix(q, "redisson_lock_queue:") && (drop == "0" || drop == "1")
 }

@@ -150,7 +150,8 @@ func (g *Guard) claimWaiting(c *gin.Context, st *request, r *route, cl *claim, b
 	}
 	// A permit, not a Mutex: it issues no fencing token (the handler's
 	// writes keep the token of the lock that protects them, if any) and
-	// leaves no token counter behind. Its name is the record's without the
+	// leaves no token counter behind; its count of free permits expires one
+	// lease after the permit. Its name is the record's without the
 	// namespace: the lock Client applies it.
 	sem := g.locks.Semaphore(recordPrefix+"{"+cl.id+"}", 1)
 	claimed := time.Now()

@@ -92,8 +92,10 @@ var contractKinds = []kindCase{
 			l := locker{s.Acquire, s.TryAcquire, s.Release}
 			return l, l
 		},
-		keys: func(n string) []string { return []string{n} },
-		gone: func(n string) []string { return []string{n} },
+		// The count of free permits stays, with an idle expiry (see
+		// TestSemaphore_ACountOfOursExpiresWhenIdle); the permits go.
+		keys: func(n string) []string { return []string{n, permitsKey(n)} },
+		gone: func(n string) []string { return []string{permitsKey(n)} },
 	},
 	{name: "MultiLock", nodes: 1, tokens: true,
 		on: func(p process, n string) (locker, locker) {

@@ -166,9 +166,9 @@ func TestClient_ErrSaysWhyItCannotBeUsed(t *testing.T) {
 	}
 }
 
-// A name whose keys hold another kind's data (a Semaphore's sorted set
-// under a Mutex, a Redisson RSemaphore's counter under a Semaphore) fails at
-// the first call with an error that says so and matches ErrInvalid, never
+// A name whose keys hold another kind's data (a Semaphore's count of free
+// permits under a Mutex, a Mutex's hash under a Semaphore) fails at the
+// first call with an error that says so and matches ErrInvalid, never
 // ErrNotAcquired and never an outage; Redis's WRONGTYPE reply is kept as
 // its cause.
 func TestErrors_ANameOfAnotherKindSaysSo(t *testing.T) {
@@ -176,8 +176,8 @@ func TestErrors_ANameOfAnotherKindSaysSo(t *testing.T) {
 	c := instances(t, srv, 1, lock.WithNamespace("ns"))[0]
 	rdb := srv.Client()
 	ctx := context.Background()
-	rdb.Set(ctx, "ns:counted", "2", 0)                                // a Redisson RSemaphore's permits
-	rdb.ZAdd(ctx, "ns:permits", redis.Z{Score: 1, Member: "someone"}) // a Semaphore's holders
+	rdb.HSet(ctx, "ns:counted", "someone:1", 1) // a Mutex's hash
+	rdb.Set(ctx, "ns:permits", "2", 0)          // a Semaphore's free permits
 	rdb.Set(ctx, "ns:plain", "x", 0)
 	check := func(what string, err error) {
 		t.Helper()
@@ -198,6 +198,8 @@ func TestErrors_ANameOfAnotherKindSaysSo(t *testing.T) {
 	check("Mutex.TryLock", err)
 	_, err = c.Mutex("permits").Lock(ctx)
 	check("Mutex.Lock", err)
+	_, err = c.Semaphore("plain", 2).TryAcquire(ctx, 0)
+	check("Semaphore.TryAcquire on a string", err)
 	_, err = c.FairMutex("plain").TryLock(ctx, 0)
 	check("FairMutex.TryLock", err)
 	_, err = c.RWMutex("plain").RLock(ctx)

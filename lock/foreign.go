@@ -69,7 +69,7 @@ func (c *lines) runOf(channel string) *foreignRun {
 // dropRun forgets channel's foreignRun when it has nothing left to say. The
 // caller holds qmu.
 func (c *lines) dropRun(channel string, r *foreignRun, now time.Time) {
-	if r.handoffs == 0 && now.After(r.back) && (r.foreign == 0 || now.Sub(r.asked) > foreignFresh) {
+	if r.handoffs == 0 && r.given == 0 && now.After(r.back) && (r.foreign == 0 || now.Sub(r.asked) > foreignFresh) {
 		delete(c.runs, channel)
 		c.nruns.Store(int32(len(c.runs)))
 	}
@@ -91,6 +91,44 @@ func (c *lines) countedForeign(channel string, n int64, at time.Time) {
 	}
 	r := c.runOf(channel)
 	r.foreign, r.asked = n, at
+}
+
+// permitTurn is how many Semaphore permits a Client gives back on a channel
+// where foreign waiters listen for each one it lets them take first. A
+// permit given back is announced on the channel, but a Redisson waiter
+// needs the message, its wake-up and a round trip to take it, while this
+// Client's next acquisition needs one round trip; and once a Redisson
+// client has a permit, its threads keep it in turn the same way. Measured
+// with the real Redisson client, two Java threads beside two goroutines of
+// one Client on 2 permits, holds of 0.5-3.5 ms, shares of the holds of each
+// Java thread: 7-10% without turns; 41% when every release let them go
+// first, 37% at one release in 2, 34% in 3, 33% in 4, 25% in 8.
+const permitTurn = 8
+
+// permitGiven records that this Client gave a Semaphore permit back on
+// channel with n foreign subscribers listening: at every permitTurn-th such
+// release the foreign waiters are let go first (see freed), as at the end of
+// a Mutex's turn.
+func (c *lines) permitGiven(channel string, n int64, at time.Time) {
+	if n <= 0 {
+		if c.nruns.Load() > 0 {
+			c.qmu.Lock()
+			if r := c.runs[channel]; r != nil {
+				r.given, r.foreign = 0, 0
+				c.dropRun(channel, r, at)
+			}
+			c.qmu.Unlock()
+		}
+		return
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	r := c.runOf(channel)
+	r.given++
+	r.foreign, r.asked = 0, at
+	if r.given%permitTurn == 0 {
+		r.foreign = n
+	}
 }
 
 // yieldFor returns how long the head of channel's queue lets others take

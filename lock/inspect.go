@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -44,7 +46,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Inspection, error) 
 		return nil, err
 	}
 	keys := []string{key, derived(tokenPrefix, key), derived(queuePrefix, key), derived(timeoutPrefix, key),
-		derived(readersPrefix, key), derived(writersPrefix, key), derived(alivePrefix, key), timeoutBase(key)}
+		derived(readersPrefix, key), derived(writersPrefix, key), derived(alivePrefix, key), timeoutBase(key), permitsKey(key)}
 	raw, err := c.run(ctx, inspectScript, keys, InspectLimit).Slice()
 	if err != nil {
 		return nil, wrap(key, unavailable(err))
@@ -70,7 +72,10 @@ func parseInspection(name, key string, r []any) (*Inspection, error) {
 	case "none":
 	case "hash":
 		d.hashOwners(in, replyList(r[2]), replyList(r[8]), replyList(r[13]))
-	case "zset":
+	case "string":
+		if _, err := strconv.ParseInt(replyStr(r[3]), 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: key %q is a string that is not a count of permits, not a lock", ErrInvalid, key)
+		}
 		d.permitOwners(in, replyList(r[2]))
 	default:
 		return nil, fmt.Errorf("%w: key %q is a %s, not a lock", ErrInvalid, key, typ)
@@ -78,7 +83,9 @@ func parseInspection(name, key string, r []any) (*Inspection, error) {
 	// The writer first, then the readers in field order.
 	sort.SliceStable(in.Owners, func(i, j int) bool { return in.Owners[i].Write && !in.Owners[j].Write })
 	in.Lease = remaining(replyNum(r[1]))
-	if tok := r[3]; tok != nil {
+	if tok := r[3]; tok != nil && in.Kind == KindSemaphore {
+		in.Free = replyNum(tok)
+	} else if tok != nil {
 		in.Token = replyNum(tok)
 	}
 	in.TokenTTL = remaining(replyNum(r[4]))
@@ -136,15 +143,29 @@ func (d inspectReply) hashOwners(in *Inspection, entries, readLeases, timeouts [
 	}
 }
 
-// permitOwners reads a Semaphore's holders and their lease ends.
+// permitOwners reads a Semaphore's holders and their lease ends. A
+// Redisson permit's id (16 random bytes) is shown in hex, as Redisson shows
+// it, and one without a lease (Redisson's score for it) has Lease -1.
 func (d inspectReply) permitOwners(in *Inspection, entries []any) {
 	in.Kind = KindSemaphore
 	for i := 0; i+1 < len(entries); i += 2 {
-		o := inspectedOwner(replyStr(entries[i]))
+		id := replyStr(entries[i])
+		var o Owner
+		if utf8.ValidString(id) && strings.IndexByte(id, ':') >= 0 {
+			o = inspectedOwner(id)
+		} else {
+			o = Owner{Field: hex.EncodeToString([]byte(id))}
+		}
 		o.Holds, o.Lease = 1, d.left(replyNum(entries[i+1]))
+		if replyNum(entries[i+1]) >= redissonNoLease {
+			o.Lease = -1
+		}
 		in.Owners = append(in.Owners, o)
 	}
 }
+
+// redissonNoLease is the score of a Redisson permit taken without a lease.
+const redissonNoLease = 922337203685477
 
 // line reads a FairMutex's line: its waiters in order, their Redisson
 // deadlines, and the liveness deadlines this package's waiters keep; a
@@ -257,9 +278,10 @@ var derivedPrefixes = []string{tokenPrefix + ":", queuePrefix + ":", timeoutPref
 // Scan returns the names of the locks whose keys match the glob pattern
 // (namespace applied; the names are returned without it), at most limit of
 // them, with SCAN, so Redis is never blocked; on a Cluster every master is
-// scanned. A key counts as a lock when it is a hash or a sorted set and not
-// one of the keys derived from a lock name (token counters, wait lines,
-// lease sets, an RWMutex's readers' timeout keys).
+// scanned. A key counts as a lock when it is a hash (the lock kinds but
+// Semaphore) or a string holding an integer (a Semaphore's free permits) and
+// not one of the keys derived from a lock name (token counters, wait lines,
+// lease sets, an RWMutex's readers' timeout keys, a Semaphore's permits).
 // Scan reads at most 100 keys per name wanted, so a pattern that matches
 // mostly other keys ends early; the names are sorted.
 func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string, error) {
@@ -288,7 +310,17 @@ func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string,
 				if err != nil {
 					return err
 				}
-				if typ == "hash" || typ == "zset" {
+				if typ == "string" {
+					// A Semaphore's count of free permits, when an integer.
+					v, err := node.Get(ctx, k).Result()
+					if err != nil && err != redis.Nil {
+						return err
+					}
+					if _, perr := strconv.ParseInt(v, 10, 64); err == nil && perr == nil {
+						typ = "hash"
+					}
+				}
+				if typ == "hash" {
 					found = append(found, k)
 				}
 			}

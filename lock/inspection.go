@@ -24,6 +24,10 @@ type Inspection struct {
 	Token    int64         // the fencing counter's value, 0 when there is none
 	TokenTTL time.Duration // its idle expiry, -1 when it has none
 
+	// Free is a Semaphore's count of free permits: with its Owners, the
+	// number of permits Redis holds for the name.
+	Free int64
+
 	// Queue is a FairMutex's line, first waiter first (at most
 	// InspectLimit; QueueLen counts them all).
 	Queue    []Waiter
@@ -46,7 +50,7 @@ type Inspection struct {
 type Owner struct {
 	// Field is the holder as Redis names it, "<clientID>:<ownerID>"
 	// (Redisson: "<connection manager id>:<thread id>"), with ":write" for
-	// an RWMutex's writer.
+	// an RWMutex's writer; a Redisson semaphore permit's id in hex.
 	Field    string
 	ClientID string // the first part: Client.ID of the holding Client
 	OwnerID  string // the second part: the hold's owner id (Java: thread id)
@@ -54,8 +58,8 @@ type Owner struct {
 	Write    bool   // an RWMutex's write hold
 	// Lease is the holder's own remaining lease, for the holds of an
 	// RWMutex (read and write; a Redisson reader's is the longest PTTL among
-	// its timeout keys) and permits of a Semaphore (0 when the key's Lease
-	// applies).
+	// its timeout keys) and permits of a Semaphore (-1 for a Redisson
+	// permit without a lease); 0 when the key's Lease applies.
 	Lease time.Duration
 }
 
@@ -95,5 +99,5 @@ const (
 	KindNone      Kind = ""          // no lock key: free
 	KindMutex     Kind = "mutex"     // Redisson's RLock hash: Mutex, FairMutex, MultiLock member, RedLock node
 	KindRWMutex   Kind = "rwmutex"   // Redisson's RReadWriteLock hash (a "mode" field)
-	KindSemaphore Kind = "semaphore" // a sorted set of permit holders
+	KindSemaphore Kind = "semaphore" // Redisson's RPermitExpirableSemaphore: free permits, permits handed out
 )

@@ -104,7 +104,7 @@ func TestLifetime_EveryKindEndsWithItsContext(t *testing.T) {
 	rw := c.RWMutex(name + ":rw")
 	kinds := map[string]kind{
 		"Semaphore": {func(ctx context.Context) (context.Context, error) { return c.Semaphore(name+":s", 1).Acquire(ctx) },
-			c.Semaphore(name+":s", 1).Release, []string{name + ":s"}},
+			c.Semaphore(name+":s", 1).Release, []string{permitsKey(name + ":s")}}, // its count of free permits stays, with an idle expiry
 		"RWMutex.RLock": {func(ctx context.Context) (context.Context, error) { return rw.RLock(ctx) }, rw.RUnlock, []string{name + ":rw"}},
 		"RWMutex.Lock":  {func(ctx context.Context) (context.Context, error) { return rw.Lock(ctx) }, rw.Unlock, []string{name + ":rw"}},
 		"FairMutex": {func(ctx context.Context) (context.Context, error) { return c.FairMutex(name + ":f").Lock(ctx) },

@@ -177,4 +177,5 @@ type foreignRun struct {
 	foreign  int64     // foreign subscribers at the last count
 	asked    time.Time // when they were counted
 	back     time.Time // until then the Client's fresh Lock calls and new heads let the foreign waiters go first
+	given    int       // Semaphore permits this Client gave back while foreign waiters listened (see permitGiven)
 }

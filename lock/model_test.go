@@ -1286,6 +1286,8 @@ func (f *injector) run(end time.Time) {
 						err = err2
 					}
 				}
+			} else if _, sem := e.permits[name]; sem {
+				err = e.admin.Del(ctx, name, permitsKey(name)).Err() // the count and the permits
 			} else {
 				err = e.admin.Del(ctx, name).Err()
 			}

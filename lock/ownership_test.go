@@ -94,7 +94,7 @@ func TestOwnership_SemaphoreOfOnePermitAdmitsOneGoroutineOfARequest(t *testing.T
 	if n := admitted.Load(); n != 1 {
 		t.Fatalf("a Semaphore of 1 permit admitted %d goroutines of one request, want 1", n)
 	}
-	if n := srv.Do("ZCARD", name); n != int64(1) {
+	if n := srv.Do("ZCARD", permitsKey(name)); n != int64(1) {
 		t.Fatalf("%v permits in Redis, want 1", n)
 	}
 }

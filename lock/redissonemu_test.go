@@ -15,8 +15,8 @@ import (
 
 // These tests put this package's kinds and a Java service on Redisson (the
 // redissonemu protocol emulator, checked against the real Java client) on
-// one name. The ones in redissonemu_phase2_test.go pin what the shared
-// layouts of FairMutex, RWMutex and Semaphore must still achieve.
+// one name; the fair line, the read/write lock and the semaphore have files
+// of their own.
 
 // javaService returns an emulated Redisson instance on srv.
 func javaService(t testing.TB, srv *testenv.RedisServer, cfg redissonemu.Config) *redissonemu.Client {
@@ -402,6 +402,41 @@ func TestRedissonEmu_MutexTurnsTellRedissonWaitersFromOtherClients(t *testing.T)
 	for range 2 {
 		if err := <-waited; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+func TestRedissonEmu_AJavaWaiterOnAHotMutexWaitsUnderHalfASecond(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	j := javaService(t, srv, redissonemu.Config{})
+	r := contend(t, 3*time.Second, mutexSide(c.Mutex(name)), javaLockSide(j.Lock(name)), 1, false)
+	if r.Overlaps != 0 {
+		t.Fatalf("%d overlapping holds", r.Overlaps)
+	}
+	for s, w := range r.LongestWait {
+		if w > 500*time.Millisecond {
+			t.Fatalf("an acquisition of the %s side waited %v", s, w)
+		}
+	}
+}
+
+// Not Redisson's: two Clients of ours with two goroutines each. A turn's
+// handover count lives in the Client's wait queue, which empties at every
+// handover between two goroutines, so on main a turn never ends and the
+// other Client waits for a race it rarely wins (2.0 s measured).
+func TestMutex_TwoClientsOfTwoGoroutinesEachWaitUnderHalfASecond(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	cs := instances(t, srv, 2)
+	r := contendAs(t, 3*time.Second, [2]string{"a", "b"}, mutexSide(cs[0].Mutex(name)), mutexSide(cs[1].Mutex(name)), 1, false)
+	if r.Overlaps != 0 {
+		t.Fatalf("%d overlapping holds", r.Overlaps)
+	}
+	for s, w := range r.LongestWait {
+		if w > 500*time.Millisecond {
+			t.Fatalf("an acquisition of Client %s waited %v", s, w)
 		}
 	}
 }

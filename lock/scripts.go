@@ -75,8 +75,8 @@ var (
 	multiAcquireScript = loadScript("multi_acquire.lua", "lib.lua")
 	multiReleaseScript = loadScript("multi_release.lua")
 
-	permitAcquireScript = loadScript("permit_acquire.lua", "lib.lua")
-	permitReleaseScript = loadScript("permit_release.lua")
+	permitAcquireScript = loadScript("permit_acquire.lua", "lib.lua", "permitlib.lua")
+	permitReleaseScript = loadScript("permit_release.lua", "lib.lua")
 	permitRenewScript   = loadScript("permit_renew.lua", "lib.lua")
 
 	inspectScript = loadScript("inspect.lua", "lib.lua")

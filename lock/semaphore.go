@@ -16,9 +16,17 @@ const semChannelPrefix = "redisson_sc"
 // lease ends, at most the watchdog timeout later, never stuck as a
 // Redisson RSemaphore's would be.
 //
-// Its Redis key is a sorted set named after it: holder field
-// "<clientUUID>:<ownerID>" -> the server time (ms) its lease ends. Releases
-// publish on Redisson's semaphore channel "redisson_sc:{<name>}".
+// Its keys are Redisson's RPermitExpirableSemaphore's, with their meaning, so
+// a Java service on Redisson that takes permits of the
+// RPermitExpirableSemaphore of the same name counts against the same limit:
+// the name holds the count of free permits, "{<name>}:timeout" each permit
+// handed out and when its lease ends (ours under "<clientUUID>:<ownerID>"),
+// and releases announce the free count on "redisson_sc:{<name>}". The first
+// Semaphore call on a name without a count sets it, as Redisson's
+// trySetPermits would, and gives it an expiry so that names made per request
+// leave nothing behind: it lasts one lease past the latest lease of a permit
+// of this package. A count that Redisson's trySetPermits set has no expiry
+// and keeps none.
 //
 // A permit is reentrant through the context Acquire returns: acquiring again
 // with it takes no second permit, and each Acquire needs its own Release.
@@ -27,17 +35,20 @@ const semChannelPrefix = "redisson_sc"
 // carries no fencing token (its holders are not exclusive); the context keeps
 // the token of any exclusive lock it descends from.
 //
-// The number of permits is part of each Semaphore value, not stored in Redis:
-// every Semaphore of one name should be created with the same number. Each
-// acquisition enforces its own number, so during a rolling change from 50 to
-// 60 permits the old instances stop at 50 and the new ones at 60.
+// The number of permits is stored in Redis (free permits plus those handed
+// out), as Redisson stores it, and every Semaphore of one name must be made
+// with that number: an acquisition by a Semaphore of another number fails
+// with an error matching ErrInvalid that names both, and takes nothing. To
+// change the limit, change it in Redis (Redisson's setPermits) as the
+// instances with the new number start.
 //
 // A Semaphore does no I/O until used and may be copied freely.
 type Semaphore struct {
 	handle
 	key     string
 	permits int
-	keys    []string // sorted set, channel
+	keys    []string // free permits' counter, permits handed out, channel
+	mark    string   // the channel's mark (see markChannel)
 	hk      any      // the context key of its permits (see heldKey)
 }
 
@@ -55,13 +66,19 @@ func newSemaphore(c *engine, name string, permits int) *Semaphore {
 			s.key = c.key(name)
 			s.name = s.key
 			if s.checkErr = checkName(s.key); s.checkErr == nil {
-				s.keys = []string{s.key, derived(semChannelPrefix, s.key)}
+				s.keys = []string{s.key, permitsKey(s.key), derived(semChannelPrefix, s.key)}
+				s.mark = markChannel(s.keys[2], c.cluster)
 				s.hk = c.holdKey(s.key, permit)
 			}
 		}
 	}
 	return s
 }
+
+// permitsKey returns the key of the permits handed out by the semaphore key,
+// as Redisson names it: "{<key>}:timeout", or "<key>:timeout" when key holds
+// a "{" (see timeoutBase).
+func permitsKey(key string) string { return timeoutBase(key) + ":timeout" }
 
 // Name returns the semaphore's name as given to Client.Semaphore.
 func (s *Semaphore) Name() string {
@@ -127,7 +144,7 @@ func (s *Semaphore) Release(ctx context.Context) error {
 
 func (s *Semaphore) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	lease, _ := s.c.leaseArgs(h)
-	r, err := readPair(permitAcquireScript.run(ctx, via, s.keys, lease, h.field, 0, s.permits, s.c.publish))
+	r, err := readPair(permitAcquireScript.run(ctx, via, s.keys, lease, h.field, 0, s.permits, s.c.publish, s.c.leaseMS))
 	if err != nil {
 		return false, 0, err
 	}
@@ -136,13 +153,16 @@ func (s *Semaphore) attempt(ctx context.Context, via processor, h *hold) (bool, 
 		return true, 0, nil
 	case r.is(0):
 		return false, retryAfter(s.c.link, r.value), nil
+	case r.is(-2):
+		return false, 0, fmt.Errorf("%w: Redis holds %d permits for this semaphore (free and handed out), this Semaphore was made with %d"+
+			" (a Redisson RSemaphore's permits are not counted as handed out: share the name with an RPermitExpirableSemaphore)", ErrInvalid, r.value, s.permits)
 	}
 	return false, 0, r.unexpected("permit acquire")
 }
 
 func (s *Semaphore) reenter(ctx context.Context, h *hold) (bool, error) {
 	_, lease := s.c.leaseArgs(h)
-	r, err := readPair(s.c.run(ctx, permitAcquireScript, s.keys, lease, h.field, h.levels, s.permits, s.c.publish))
+	r, err := readPair(s.c.run(ctx, permitAcquireScript, s.keys, lease, h.field, h.levels, s.permits, s.c.publish, s.c.leaseMS))
 	if err != nil {
 		return false, err
 	}
@@ -153,24 +173,46 @@ func (s *Semaphore) release(ctx context.Context, h *hold) (int64, error) {
 	if h.levels > 1 {
 		return int64(h.levels - 1), nil // Redis knows the permit, not its levels
 	}
-	return s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish).Int64()
+	r, err := readPair(s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish, s.mark, s.numsub()))
+	switch {
+	case err != nil:
+		return 0, err
+	case r.is(-1):
+		return -1, nil
+	case !r.is(0):
+		return 0, r.unexpected("permit release")
+	}
+	// Redisson's waiters, woken by the count just announced, need longer
+	// than this Client's next attempt to take the permit: they get turns
+	// (see permitTurn).
+	s.c.permitGiven(s.keys[2], r.value, time.Now())
+	return 0, nil
+}
+
+// numsub is the PUBSUB subcommand that counts the subscribers of the
+// semaphore's channel.
+func (s *Semaphore) numsub() string {
+	if s.c.cluster {
+		return "shardnumsub"
+	}
+	return "numsub"
 }
 
 func (s *Semaphore) undo(ctx context.Context, h *hold, acquired bool) {
 	if !acquired {
 		return
 	}
-	if err := s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish).Err(); err != nil {
+	if err := s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish, s.mark, s.numsub()).Err(); err != nil {
 		s.c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not roll back a permit of unknown outcome; it expires with its lease",
 			"semaphore", s.name, "lease", h.lease, "err", err)
 	}
 }
 
 func (s *Semaphore) renewal(h *hold) (*script, []string, []any) {
-	return permitRenewScript, s.keys[:1], []any{h.field}
+	return permitRenewScript, s.keys[:2], []any{h.field}
 }
 
-func (s *Semaphore) channel(*hold) string { return s.keys[1] }
+func (s *Semaphore) channel(*hold) string { return s.keys[2] }
 func (s *Semaphore) shared() bool         { return true }
 func (s *Semaphore) tokens() bool         { return false }
 

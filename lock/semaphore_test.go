@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,9 +53,21 @@ func TestSemaphore_NeverAdmitsMoreThanItsPermits(t *testing.T) {
 		t.Fatalf("at most %d holder at once: permits are not shared", m)
 	}
 	t.Logf("up to %d holders at once (permits %d)", most.Load(), permits)
-	if n := srv.Do("EXISTS", name); n != int64(0) {
-		t.Fatalf("semaphore key left behind")
+	if n := srv.Do("EXISTS", permitsKey(name)); n != int64(0) {
+		t.Fatalf("permits left behind after every holder released")
 	}
+	if free := srv.Do("GET", name); free != "3" {
+		t.Fatalf("free permits after every release: %v, want 3", free)
+	}
+}
+
+// permitsKey is the key of a Semaphore's permits handed out, as Redisson's
+// RPermitExpirableSemaphore names it.
+func permitsKey(name string) string {
+	if strings.Contains(name, "{") {
+		return name + ":timeout"
+	}
+	return "{" + name + "}:timeout"
 }
 
 func TestSemaphore_ReleaseWakesAWaiterAtOnce(t *testing.T) {
@@ -132,7 +145,7 @@ func TestSemaphore_ReentryTakesNoSecondPermit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := srv.Do("ZCARD", name); n != int64(1) {
+	if n := srv.Do("ZCARD", permitsKey(name)); n != int64(1) {
 		t.Fatalf("%v permits taken by one owner, want 1", n)
 	}
 	other, err := cs[1].Semaphore(name, 2).TryAcquire(context.Background(), 0)
@@ -142,7 +155,7 @@ func TestSemaphore_ReentryTakesNoSecondPermit(t *testing.T) {
 	if err := s.Release(inner); err != nil {
 		t.Fatal(err)
 	}
-	if n := srv.Do("ZCARD", name); n != int64(2) {
+	if n := srv.Do("ZCARD", permitsKey(name)); n != int64(2) {
 		t.Fatalf("inner release gave the permit back (%v taken)", n)
 	}
 	if err := s.Release(outer); err != nil {

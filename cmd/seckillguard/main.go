@@ -326,6 +326,8 @@ func printInspection(w io.Writer, in *lock.Inspection) {
 		}
 	}
 	switch {
+	case in.Kind == lock.KindSemaphore:
+		fmt.Fprintf(w, "  permits: %d free of %d\n", in.Free, in.Free+int64(len(in.Owners)))
 	case in.Token == 0:
 		fmt.Fprintln(w, "  fencing counter: none")
 	case in.TokenTTL < 0:
@@ -436,7 +438,8 @@ type lockReport struct {
 	LeaseMs    int64           `json:"lease_ms"` // -1: no expiry
 	Owners     []ownerReport   `json:"owners"`
 	Token      int64           `json:"token"`
-	TokenTTLMs int64           `json:"token_ttl_ms"` // -1: no expiry
+	TokenTTLMs int64           `json:"token_ttl_ms"`           // -1: no expiry
+	Free       *int64          `json:"free_permits,omitempty"` // a semaphore's
 	Queue      []waiterReport  `json:"fair_line"`
 	QueueLen   int64           `json:"fair_line_length"`
 	Writers    []waiterReport  `json:"writers_waiting"`
@@ -487,6 +490,9 @@ func report(in *lock.Inspection) lockReport {
 	}
 	if r.Kind == "" {
 		r.Kind = "none"
+	}
+	if in.Kind == lock.KindSemaphore {
+		r.Free = &in.Free
 	}
 	for _, o := range in.Owners {
 		r.Owners = append(r.Owners, ownerReport{o.Field, o.ClientID, o.OwnerID, o.Holds, o.Write, ms(o.Lease)})

@@ -2,7 +2,8 @@
 -- consistent snapshot, changing nothing.
 --
 -- KEYS[1]  the lock: a hash (Mutex, FairMutex, RWMutex: Redisson's layouts)
---          or a sorted set (Semaphore)
+--          or a string, a Semaphore's free permits (Redisson's
+--          RPermitExpirableSemaphore layout, see permitlib.lua)
 -- KEYS[2]  the token counter "redisson_lock_token:{<name>}"
 -- KEYS[3]  a FairMutex's line "redisson_lock_queue:{<name>}"
 -- KEYS[4]  its deadlines "redisson_lock_timeout:{<name>}"
@@ -12,15 +13,17 @@
 --          package "seckillguard_fair_alive:{<name>}" (see fairlib.lua)
 -- KEYS[8]  what an RWMutex's readers' timeout keys start with, "{<name>}"
 --          (see rwlib.lua)
+-- KEYS[9]  a Semaphore's permits "{<name>}:timeout"
 -- ARGV[1]  the most entries to read from each line or set
 --
 -- Returns {type, pttl, entries, token, token pttl, line, line length,
 --          line deadlines, read leases, writers, writers count, server ms,
 --          line liveness, read timeouts}:
 --   type      TYPE of KEYS[1] ("none", "hash", "zset", ...)
---   entries   HGETALL of the hash, or the sorted set WITHSCORES (at most
---             ARGV[1] members); empty for other types
---   token     the counter's value, or false when there is none
+--   entries   HGETALL of the hash, or for a string the permits' set
+--             WITHSCORES (at most ARGV[1] members); empty for other types
+--   token     the token counter's value, or false when there is none; for
+--             a string (a Semaphore), its value: the free permits
 --   line      the first ARGV[1] waiters of the fair line, in order, and
 --             beside it each one's Redisson deadline (ms of the waiter's
 --             client's clock, false when none) and, in line liveness, its
@@ -33,8 +36,8 @@ local typ = redis.call('type', KEYS[1])['ok']
 local entries = {}
 if typ == 'hash' then
   entries = redis.call('hgetall', KEYS[1])
-elseif typ == 'zset' then
-  entries = redis.call('zrange', KEYS[1], 0, limit - 1, 'withscores')
+elseif typ == 'string' then
+  entries = redis.call('zrange', KEYS[9], 0, limit - 1, 'withscores')
 end
 local timeouts = {}
 if typ == 'hash' and redis.call('hexists', KEYS[1], 'mode') == 1 then
@@ -61,7 +64,7 @@ return {
   typ,
   redis.call('pttl', KEYS[1]),
   entries,
-  redis.call('get', KEYS[2]) or false,
+  typ == 'string' and redis.call('get', KEYS[1]) or redis.call('get', KEYS[2]) or false,
   redis.call('pttl', KEYS[2]),
   line,
   redis.call('llen', KEYS[3]),

@@ -78,8 +78,8 @@ type Config struct {
 	// ClockSkew is added to the host's clock wherever the Java client sends
 	// its own clock (fair-lock deadlines, permit expiries).
 	ClockSkew time.Duration
-	// WakeDelay is how long a lock waiter takes, once woken (by a message
-	// or its ttl), before its next attempt: a JVM thread parked on a
+	// WakeDelay is how long a lock or semaphore waiter takes, once woken (by
+	// a message or its ttl), before its next attempt: a JVM thread parked on a
 	// semaphore that the pub/sub thread releases runs later than a
 	// goroutine, the more so on a loaded host. Default 0.
 	WakeDelay time.Duration

@@ -100,6 +100,9 @@ func waitFor(ctx context.Context, c *Client, ch string, wait time.Duration, try 
 		if err := sub.await(ctx, bound); err != nil {
 			return false, err
 		}
+		if d := c.cfg.WakeDelay; d > 0 {
+			time.Sleep(d)
+		}
 	}
 }
 

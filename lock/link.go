@@ -139,3 +139,12 @@ func (c *link) confirmReplicas(ctx context.Context, conn *redis.Conn, ack replic
 	}
 	return nil
 }
+
+// numsub is the PUBSUB subcommand that counts a channel's subscribers in a
+// script: SHARDNUMSUB for the sharded channels of a Cluster.
+func (c *link) numsub() string {
+	if c.cluster {
+		return "shardnumsub"
+	}
+	return "numsub"
+}

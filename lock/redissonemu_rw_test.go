@@ -434,3 +434,39 @@ func TestInspect_AnRWMutexSharedWithRedissonShowsEveryReadersLease(t *testing.T)
 		t.Fatalf("Scan = %v, want only %q (timeout keys are not locks)", names, name)
 	}
 }
+
+// Our readers take a lock freed by our last reader in one round trip; a
+// woken Redisson writer needs the message, its JVM thread's wake-up
+// (WakeDelay) and a round trip. Without the moment our readers let a
+// listening Redisson writer in first (the freed mark of rwlib.lua), two
+// goroutines reading without a gap keep two Java writers nearly out.
+func TestRedissonEmu_JavaWritersGetTurnsBesideOurReaders(t *testing.T) {
+	srv := testenv.Redis(t)
+	name := lockName(t)
+	c := instances(t, srv, 1)[0]
+	j := javaService(t, srv, redissonemu.Config{WakeDelay: 3 * time.Millisecond})
+	rw, jrw := c.RWMutex(name), j.ReadWriteLock(name)
+	ours := func(ctx context.Context, _ int) (func() error, bool, error) {
+		hctx, err := rw.RLock(ctx)
+		return func() error { return rw.RUnlock(hctx) }, false, err
+	}
+	java := func(ctx context.Context, worker int) (func() error, bool, error) {
+		thread := int64(worker + 1)
+		l := jrw.WriteLock()
+		err := l.Lock(ctx, thread)
+		return func() error { return l.Unlock(context.Background(), thread) }, true, err
+	}
+	best := 0.0
+	for range 3 {
+		r := contend(t, 2*time.Second, ours, java, 1, true)
+		if r.Overlaps != 0 {
+			t.Fatalf("%d holds began beside a conflicting one", r.Overlaps)
+		}
+		least := min(float64(r.Share["java#0"]), float64(r.Share["java#1"])) / float64(max(r.Holds, 1))
+		if least >= 0.15 {
+			return
+		}
+		best = max(best, least)
+	}
+	t.Fatalf("in every window a Java writer had under 15%% of the holds, at best %.0f%%", 100*best)
+}

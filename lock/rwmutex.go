@@ -61,6 +61,7 @@ type RWMutex struct {
 	handle
 	key    string
 	keys   []string // hash, readers, writers, channel, timeout keys' start
+	mark   string   // the channel's mark (see markChannel)
 	wkeys  []string // keys + token counter
 	rk, wk any      // the context keys of its read and write holds (see heldKey)
 	read   readKind
@@ -93,6 +94,7 @@ func newRWMutex(c *engine, name string) *RWMutex {
 		return rw
 	}
 	rw.keys = []string{rw.key, derived(readersPrefix, rw.key), derived(writersPrefix, rw.key), derived(rwChannelPrefix, rw.key), timeoutBase(rw.key)}
+	rw.mark = markChannel(rw.keys[3], c.cluster)
 	rw.wkeys = append(append([]string{}, rw.keys...), derived(tokenPrefix, rw.key))
 	rw.rk, rw.wk = c.holdKey(rw.key, reader), c.holdKey(rw.key, writer)
 	return rw
@@ -213,7 +215,7 @@ func readerField(writeField string) string { return strings.TrimSuffix(writeFiel
 func (k *readKind) attempt(ctx context.Context, via processor, h *hold) (bool, time.Duration, error) {
 	rw := k.rw
 	lease, _ := rw.c.leaseArgs(h)
-	r, err := readPair(readAcquireScript.run(ctx, via, rw.keys, lease, h.field, k.writeField(h), 0, rw.c.publish))
+	r, err := readPair(readAcquireScript.run(ctx, via, rw.keys, lease, h.field, k.writeField(h), 0, rw.c.publish, rw.mark, rw.c.numsub()))
 	if err != nil {
 		return false, 0, err
 	}
@@ -229,7 +231,7 @@ func (k *readKind) attempt(ctx context.Context, via processor, h *hold) (bool, t
 func (k *readKind) reenter(ctx context.Context, h *hold) (bool, error) {
 	rw := k.rw
 	_, lease := rw.c.leaseArgs(h)
-	r, err := readPair(rw.c.run(ctx, readAcquireScript, rw.keys, lease, h.field, k.writeField(h), h.levels, rw.c.publish))
+	r, err := readPair(rw.c.run(ctx, readAcquireScript, rw.keys, lease, h.field, k.writeField(h), h.levels, rw.c.publish, rw.mark, rw.c.numsub()))
 	if err != nil {
 		return false, err
 	}

@@ -173,7 +173,7 @@ func (s *Semaphore) release(ctx context.Context, h *hold) (int64, error) {
 	if h.levels > 1 {
 		return int64(h.levels - 1), nil // Redis knows the permit, not its levels
 	}
-	r, err := readPair(s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish, s.mark, s.numsub()))
+	r, err := readPair(s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish, s.mark, s.c.numsub()))
 	switch {
 	case err != nil:
 		return 0, err
@@ -189,20 +189,12 @@ func (s *Semaphore) release(ctx context.Context, h *hold) (int64, error) {
 	return 0, nil
 }
 
-// numsub is the PUBSUB subcommand that counts the subscribers of the
-// semaphore's channel.
-func (s *Semaphore) numsub() string {
-	if s.c.cluster {
-		return "shardnumsub"
-	}
-	return "numsub"
-}
 
 func (s *Semaphore) undo(ctx context.Context, h *hold, acquired bool) {
 	if !acquired {
 		return
 	}
-	if err := s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish, s.mark, s.numsub()).Err(); err != nil {
+	if err := s.c.run(ctx, permitReleaseScript, s.keys, h.field, s.c.publish, s.mark, s.c.numsub()).Err(); err != nil {
 		s.c.opts.logger.WarnContext(h.logContext(ctx), "lock: could not roll back a permit of unknown outcome; it expires with its lease",
 			"semaphore", s.name, "lease", h.lease, "err", err)
 	}

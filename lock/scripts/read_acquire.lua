@@ -8,6 +8,8 @@
 -- ARGV[4]     the read hold count the owner believes it has before this call
 --             (0 for a first acquisition); makes resent calls harmless
 -- ARGV[5]     the publish command: "publish", or "spublish" on Redis Cluster
+-- ARGV[6]     the channel's mark (see markChannel in names.go), "" for none
+-- ARGV[7]     "numsub", or "shardnumsub" on Redis Cluster
 --
 -- A first read hold is granted when the lock is free or read-held and no
 -- writer waits, or when the owner holds the write lock (downgrade). A free
@@ -15,6 +17,17 @@
 -- release that freed the lock, and a reader arriving in between must not
 -- take its turn. Re-entries are always granted, even with writers waiting:
 -- the owner's hold keeps them waiting anyway, and refusing would deadlock it.
+--
+-- A Redisson writer does not stand in the writers' line; it listens on the
+-- channel while it waits. Left to the races, our readers, which take a
+-- lock freed by our last reader or writer in one round trip where the woken
+-- Java thread needs the message, its wake-up and a round trip, would keep it
+-- out nearly every time. So for 10 ms after this package freed the lock
+-- (see freed in rwlib.lua), a client other than our Clients that listens on
+-- the channel (it can only be a writer: Redisson's readers wait only for a
+-- writer) is let in first. The bound keeps a Java writer that missed its
+-- wake-up (Redisson wakes only the threads parked at the message) from
+-- holding our readers back until its own retry.
 --
 -- Returns {1, 0}     acquired
 --         {0, wait}  refused; wait: how long to wait for a wake-up at most (ms)
@@ -54,13 +67,26 @@ if held == 1 then
   return {1, 0}
 end
 
+-- foreign_writer reports whether a client not of this package listens on
+-- the channel (see markChannel: the mark's subscribers are our Clients).
+local function foreign_writer()
+  if ARGV[6] == '' then return false end
+  local n = redis.call('pubsub', ARGV[7], KEYS[4], ARGV[6])
+  return n[2] - n[4] > 0
+end
+
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false and redis.call('exists', KEYS[1]) == 1 then
   -- A hash without a mode is not an RWMutex's (a Mutex of the same name?):
   -- wait for it like for a writer.
   return {0, wait_bound(false)}
 end
-if (mode ~= 'write' and redis.call('zcard', KEYS[3]) == 0)
+local yield = 0
+if mode == false then
+  yield = redis.call('pttl', KEYS[5] .. ':seckillguard_freed')
+  if yield > 0 and not foreign_writer() then yield = 0 end
+end
+if (mode ~= 'write' and redis.call('zcard', KEYS[3]) == 0 and yield <= 0)
   or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
   if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'read')
@@ -68,5 +94,10 @@ if (mode ~= 'write' and redis.call('zcard', KEYS[3]) == 0)
   redis.call('hset', KEYS[1], me, 1)
   extend()
   return {1, 0}
+end
+if yield > 0 then
+  -- Freed by us a moment ago, with a Redisson writer woken to take it:
+  -- look again when the yield ends (its lock message ends the wait first).
+  return {0, yield + 1}
 end
 return {0, wait_bound(mode ~= 'write')}

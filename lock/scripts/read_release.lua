@@ -27,6 +27,7 @@ purge(ARGV[3])
 if redis.call('hlen', KEYS[1]) <= 1 then
   if redis.call('exists', KEYS[1]) == 1 then
     redis.call('del', KEYS[1], KEYS[2])
+    freed()
     redis.call(ARGV[3], KEYS[4], 0)
   end
 elseif redis.call('hget', KEYS[1], 'mode') == 'read' then

@@ -139,6 +139,14 @@ local function purge(publish)
   redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 end
 
+-- freed marks the lock as freed by this package a moment ago: for
+-- foreignYield (10 ms), a Redisson writer that listens on the channel takes
+-- it before our new readers (see read_acquire.lua). The mark is named from
+-- KEYS[5], as the timeout keys are, and is not a count (Scan passes it by).
+local function freed()
+  redis.call('set', KEYS[5] .. ':seckillguard_freed', 'x', 'px', 10)
+end
+
 -- wait_bound returns how long a waiter should wait for an unlock message at
 -- most: until the lock expires, or until the first lease among the holders
 -- (a reader may have died) or the first deadline among the waiting writers

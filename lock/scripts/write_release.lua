@@ -21,6 +21,7 @@ redis.call('zrem', KEYS[2], me) -- the write hold's lease
 purge(ARGV[3])
 if redis.call('hlen', KEYS[1]) <= 1 then
   redis.call('del', KEYS[1], KEYS[2])
+  freed()
 else
   redis.call('hset', KEYS[1], 'mode', 'read')
   hash_ttl(0)

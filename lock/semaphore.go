@@ -189,7 +189,6 @@ func (s *Semaphore) release(ctx context.Context, h *hold) (int64, error) {
 	return 0, nil
 }
 
-
 func (s *Semaphore) undo(ctx context.Context, h *hold, acquired bool) {
 	if !acquired {
 		return

@@ -506,7 +506,10 @@ func contractRenewsOnlyHeld(t *testing.T, e *contractEnv) {
 		t.Fatal(err)
 	}
 	e.delete()
-	const lease = 300 * time.Millisecond
+	// Twice the lost holder's renewal period: its first renewal after the
+	// loss finds the other owner's lock still there (a shorter lease could
+	// end before that renewal, which would then find nothing to stretch).
+	const lease = 2 * watchdog / 3
 	taken, err := next.try(context.Background(), time.Second, lock.WithLease(lease))
 	if err != nil {
 		t.Fatalf("another owner after the loss: %v", err)

@@ -25,7 +25,8 @@ const (
 	reader
 	// writer is the owner's write field "<clientUUID>:<ownerID>:write".
 	writer
-	// permit is the owner's member of a Semaphore's sorted set.
+	// permit is the owner's member of a Semaphore's permits handed out
+	// ("{<name>}:timeout", see permitlib.lua).
 	permit
 )
 

@@ -103,3 +103,15 @@ local function raise_token(counter, t, ttl)
     redis.call('pexpire', counter, counter_expiry(ttl))
   end
 end
+
+-- foreign_listeners returns how many subscribers of channel are not Clients
+-- of this package (Redisson's waiters): every Client's subscription to a
+-- lock's channel comes with one to the channel's mark, which nobody
+-- publishes on (see markChannel in names.go). mark "" (none: a Cluster
+-- channel without a hash tag) counts none; numsub is "numsub", or
+-- "shardnumsub" on Redis Cluster.
+local function foreign_listeners(channel, mark, numsub)
+  if mark == '' then return 0 end
+  local n = redis.call('pubsub', numsub, channel, mark)
+  return math.max(n[2] - n[4], 0)
+end

@@ -24,9 +24,4 @@ end
 if tonumber(score) <= now_ms() then
   return {-1, 0}
 end
-local foreign = 0
-if ARGV[3] ~= '' then
-  local n = redis.call('pubsub', ARGV[4], KEYS[3], ARGV[3])
-  foreign = math.max(n[2] - n[4], 0)
-end
-return {0, foreign}
+return {0, foreign_listeners(KEYS[3], ARGV[3], ARGV[4])}

@@ -67,14 +67,6 @@ if held == 1 then
   return {1, 0}
 end
 
--- foreign_writer reports whether a client not of this package listens on
--- the channel (see markChannel: the mark's subscribers are our Clients).
-local function foreign_writer()
-  if ARGV[6] == '' then return false end
-  local n = redis.call('pubsub', ARGV[7], KEYS[4], ARGV[6])
-  return n[2] - n[4] > 0
-end
-
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false and redis.call('exists', KEYS[1]) == 1 then
   -- A hash without a mode is not an RWMutex's (a Mutex of the same name?):
@@ -84,7 +76,7 @@ end
 local yield = 0
 if mode == false then
   yield = redis.call('pttl', KEYS[5] .. ':seckillguard_freed')
-  if yield > 0 and not foreign_writer() then yield = 0 end
+  if yield > 0 and foreign_listeners(KEYS[4], ARGV[6], ARGV[7]) == 0 then yield = 0 end
 end
 if (mode ~= 'write' and redis.call('zcard', KEYS[3]) == 0 and yield <= 0)
   or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then

@@ -49,18 +49,18 @@ func TestHold_DetachedContextIsWithoutCancel(t *testing.T) {
 // the semaphore from the next one.
 func TestHold_SemaphoreOrderAndCancel(t *testing.T) {
 	var s holdSem
-	if err := s.acquire(context.Background()); err != nil {
+	if err := s.take(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.acquire(ended); !errors.Is(err, context.Canceled) {
+	if err := s.take(ended); !errors.Is(err, context.Canceled) {
 		t.Fatalf("acquire with an ended context of a busy semaphore: %v", err)
 	}
 	gone, leave := context.WithCancel(context.Background())
 	got := make(chan int, 3)
 	started := make(chan struct{})
-	go func() { close(started); _ = s.acquire(gone); got <- 0 }()
+	go func() { close(started); _ = s.take(gone); got <- 0 }()
 	<-started
 	for waitFor := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		s.mu.Lock()
@@ -84,11 +84,11 @@ func TestHold_SemaphoreOrderAndCancel(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if err := s.acquire(context.Background()); err != nil {
+			if err := s.take(context.Background()); err != nil {
 				t.Error(err)
 			}
 			got <- i
-			s.release()
+			s.give()
 		}()
 		for waitFor := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			s.mu.Lock()
@@ -111,14 +111,14 @@ func TestHold_SemaphoreOrderAndCancel(t *testing.T) {
 		t.Fatalf("waiter %d entered a busy semaphore", w)
 	case <-time.After(20 * time.Millisecond):
 	}
-	s.release()
+	s.give()
 	if a, b := <-got, <-got; a != 1 || b != 2 {
 		t.Fatalf("waiters entered in order %d, %d; want 1, 2", a, b)
 	}
-	if err := s.acquire(context.Background()); err != nil {
+	if err := s.take(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s.release()
+	s.give()
 	if s.busy || len(s.waiters) != 0 {
 		t.Fatalf("semaphore left busy %v with %d waiters", s.busy, len(s.waiters))
 	}

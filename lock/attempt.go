@@ -1,85 +1,16 @@
 package lock
 
-// One attempt of a single-key acquisition (engine.attempt), what it sends
-// and how its reply reads; waitFor makes the attempts, acquire the rest.
+// What an attempt of a single-key acquisition sends (its lease arguments,
+// its place in a wait line) and how its reply reads; the attempt itself
+// (engine.attempt) and the wait that makes it are in wait.go.
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// attempt runs one acquisition attempt of h, with the replica
-// acknowledgement h asks for. An attempt whose outcome is unknown (the call
-// may have been applied and only its reply lost, or the caller gave up while
-// it was under way) is undone, so that a lock nobody knows it holds does not
-// block everyone until its lease ends.
-func (c *engine) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
-	var via processor = c.rdb
-	var conn *redis.Conn
-	if h.ack.replicas > 0 {
-		var err error
-		if conn, err = c.conn(ctx, h.id.key); err != nil {
-			return false, 0, c.attemptFailed(ctx, h, err)
-		}
-		defer conn.Close()
-		via = conn
-	}
-	ok, retry, err := h.kind.attempt(ctx, via, h)
-	if err != nil {
-		return false, 0, c.attemptFailed(ctx, h, err)
-	}
-	if ok && conn != nil {
-		if err := c.confirmReplicas(ctx, conn, h.ack); err != nil {
-			c.forget(ctx, h, true)
-			return false, 0, failed(ctx, h.name, err)
-		}
-	}
-	if ok && h.lapsed(time.Now()) {
-		// The reply came after the lease it set had run out, counted from
-		// when the attempt was sent (h.start): the key may be gone, or
-		// anyone's by now. Not an acquisition: what is left of it goes, and
-		// the lock, free a moment ago, is tried again at once.
-		c.forget(ctx, h, true)
-		return false, 0, nil
-	}
-	return ok, retry, nil
-}
-
-// lapsed reports whether the lease of h's first acquisition, sent at
-// h.start, has run out at now: a fixed lease by its end, a watchdog's
-// lease by the watchdog's margin before it, when the watchdog would
-// declare it lost at once (see expireOverdue).
-func (h *hold) lapsed(now time.Time) bool {
-	end := h.start.Add(h.lease)
-	if !h.fixed {
-		end = end.Add(-h.c.dog.expiryMargin())
-	}
-	return !now.Before(end)
-}
-
-// attemptFailed handles an attempt that failed with err.
-func (c *engine) attemptFailed(ctx context.Context, h *hold, err error) error {
-	if outcomeUnknown(err) {
-		c.forget(ctx, h, true)
-	}
-	return failed(ctx, h.name, err)
-}
-
-// forget undoes what an acquisition of h that did not complete may have left
-// in Redis, within a second and even if ctx has ended.
-func (c *engine) forget(ctx context.Context, h *hold, acquired bool) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	if h.queued {
-		c.dog.remove(h.waiting)
-	}
-	h.kind.undo(rctx, h, acquired)
-	h.queued = false
-}
 
 // inLine records that h's owner has a place in a wait line in Redis, which
 // the watchdog keeps alive with script (the kind's batch script for places in

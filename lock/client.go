@@ -145,7 +145,7 @@ func (c *Client) Close() error {
 		c.stopBackground()
 		c.subs.close()
 		for _, h := range c.holds.held() {
-			if c.holds.lose(h) {
+			if h.lose() {
 				h.end(closedError(h.name))
 			}
 		}

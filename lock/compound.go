@@ -52,8 +52,8 @@ func enterParts(ctx context.Context, name string, locks []*Mutex, order []int, o
 	p := &parts{holds: make([]*hold, len(locks)), carried: make([]bool, len(locks))}
 	for i, m := range locks {
 		c := m.c
-		if h := heldBy(ctx, m.hk); h != nil && (!onlyHeld || c.holds.stillHeld(h)) {
-			c.holds.refAgain(h)
+		if h := heldBy(ctx, m.hk); h != nil && (!onlyHeld || h.held()) {
+			h.use()
 			p.holds[i], p.carried[i] = h, true
 			continue
 		}
@@ -97,10 +97,9 @@ func (p *parts) stillCarried() error {
 		if !p.carried[i] {
 			continue
 		}
-		c := h.c
-		if h.levels == 0 || !c.holds.stillHeld(h) {
-			if c.holds.isLost(h) {
-				return lostHold(h)
+		if h.levels == 0 || !h.held() {
+			if h.isLost() {
+				return h.lostErr()
 			}
 			return wrap(h.name, ErrReleased)
 		}
@@ -149,11 +148,11 @@ func reenteredBy(h *hold, start time.Time, lease time.Duration) {
 // releaseLater). The caller holds h's semaphore.
 func endCarried(h *hold, n int) {
 	c := h.c
-	for k := n; k > 0 && h.levels > 0 && c.holds.stillHeld(h); k-- {
+	for k := n; k > 0 && h.levels > 0 && h.held(); k-- {
 		ctx, cancel := c.backgroundContext(max(h.lease, time.Second))
 		err := c.releaseLevel(ctx, h)
 		cancel()
-		if err != nil && !errors.Is(err, ErrLost) && h.levels > 1 && c.holds.stillHeld(h) {
+		if err != nil && !errors.Is(err, ErrLost) && h.levels > 1 && h.held() {
 			h.levels--
 			c.opts.logger.DebugContext(h.logContext(ctx), "lock: releasing a compound lock's level of a hold it re-entered failed; the final release removes it",
 				"lock", h.name, "err", err)
@@ -178,7 +177,7 @@ func (p *parts) exit() { exitAll(p.holds) }
 // release when an acquisition's context ended). exitAll ends them.
 func enterAll(holds []*hold) {
 	for _, h := range holds {
-		h.c.holds.refAgain(h)
+		h.use()
 	}
 	for _, h := range holds {
 		_ = h.enter(context.Background())
@@ -195,7 +194,7 @@ func exitAll(holds []*hold) {
 
 func unrefAll(holds []*hold) {
 	for _, h := range holds {
-		h.c.holds.unref(h)
+		h.unuse()
 	}
 }
 

@@ -9,11 +9,13 @@ package lock
 //     Observer and Inspect.
 //   - link.go, cluster.go, scripts.go (and scripts/): what every part works
 //     through: the go-redis client, options, script calls, background life.
-//   - inflight.go, hold.go, holds.go, observe.go, watchdog.go: a hold, the
-//     table of holds, what the Observer is told, and the renewals.
+//   - inflight.go, hold.go, holds.go, lifecycle.go, observe.go, watchdog.go:
+//     a hold, the table of holds, the transitions of a hold's lifecycle,
+//     what the Observer is told, and the renewals.
 //   - pubsub.go, lines.go, queue.go, waiter.go, turns.go: the waiting lines.
-//   - engine.go, attempt.go, wait.go, settle.go, handover.go, acquire.go,
-//     release.go: one acquisition and one release of a single key.
+//   - engine.go, attempt.go, wait.go, settle.go, handover.go, levels.go,
+//     acquire.go, release.go: one acquisition and one release of a single
+//     key.
 //   - mutex.go, fair.go, rwmutex.go, semaphore.go: the single-key kinds.
 //   - compound.go, multilock.go, multiacquire.go, multiunlock.go,
 //     redlock.go, redvote.go, redwait.go, redacquire.go: the locks of
@@ -22,9 +24,9 @@ package lock
 
 // An engine is a Client's lock machinery: its link to Redis, its waiting
 // lines, its hold table and its watchdog, each the sole owner of its state.
-// The acquisition (acquire.go, attempt.go, wait.go), the release
-// (release.go, settle.go) and the handover (handover.go) are its methods; every lock value reaches it
-// through its Client.
+// The acquisition (acquire.go, levels.go, wait.go), the release
+// (release.go, settle.go) and the handover (handover.go) go through it;
+// every lock value reaches it through its Client.
 type engine struct {
 	*link
 	*lines

@@ -183,6 +183,18 @@ func ctxErr(name string, ctx context.Context) error {
 	return wrap(name, because(err, cause))
 }
 
+// acquireErr is the error an acquisition of the lock called name reports
+// for err, the outcome of its steps as it came: err itself when it is a
+// lock's error already (a hold found lost or released, which names its
+// lock), or else failed's.
+func acquireErr(ctx context.Context, name string, err error) error {
+	var named *nameError
+	if err == nil || errors.As(err, &named) {
+		return err
+	}
+	return failed(ctx, name, err)
+}
+
 // notAcquired is the error of a wait that ran out: ErrNotAcquired, unless
 // the caller's context ended too — a caller that gave up is never told the
 // lock was busy.

@@ -128,7 +128,7 @@ func (c *engine) handOverAhead(ctx context.Context, h *hold, w *waiter, at time.
 	p.record(true, false)
 	c.dog.landed(&w.h.renewal)
 	close(p.done)
-	if c.holds.isLost(w.h) {
+	if w.h.isLost() {
 		// Declared lost at its lease end, the transfer landing later
 		// (before the lock expired): what it left goes.
 		c.goBackground(w.h.abandon)
@@ -171,7 +171,7 @@ func reservedNext(h *hold) (tok, top fencing.Token, ok bool) {
 // transferEnded to tell once whatever the failure needs is done.
 func (c *engine) transferFailed(h *hold, p *inflightHandover, stray bool) bool {
 	p.record(false, stray)
-	return c.holds.lose(h) // and its renewal goes, held or not
+	return h.lose() // and its renewal goes, held or not
 }
 
 // transferEnded lets h's hold be entered again after a failed transfer (see

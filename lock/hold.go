@@ -126,12 +126,13 @@ type hold struct {
 	detached detachedContext      // the carrier's context without its cancellation (see detach)
 	released nameError
 
-	// Guarded by the Client's holdTable.
+	// Guarded by the Client's holdTable's mutex; changed by the transitions
+	// of lifecycle.go alone.
 	refs     int  // operations in progress on this hold
 	pinned   bool // held: stays registered until released or lost
 	lost     bool
 	stopLife func() bool // stops the release that parent's end would trigger (see establish)
-	expiry   *deadline   // ends ctx when a fixed lease runs out; nil without one
+	expiry   *fixedEnd   // ends ctx when a fixed lease runs out; nil without one
 
 	// inflight is the handover that made the hold, while it may still be
 	// on its way to Redis (see handOverAhead); nil otherwise.
@@ -142,155 +143,6 @@ type hold struct {
 	// alive: allocated by the first attempt that leaves the owner in line
 	// (only the kinds with a line in Redis do), nil until then.
 	waiting *renewal
-}
-
-// renewalLost is how the watchdog reports that h's lock is lost: h is
-// forgotten and its context ends with cause ErrLost.
-func (h *hold) renewalLost(why string) {
-	if h.c.holds.lose(h) {
-		h.c.opts.logger.WarnContext(h.logContext(context.Background()), "lock: a hold was lost; its context ends with ErrLost",
-			"lock", h.name, "why", why)
-		h.end(lostError(h.name, why))
-	}
-}
-
-// reentered is the transition of a re-entry of h that Redis accepted, sent
-// at start: h, held, has one more level. A hold whose final release failed
-// without being applied (see mayBeReleased) and is retried in the
-// background (releaseLater) is the owner's again: it is held, the retry
-// stops at its next turn, and unless its lease is fixed the watchdog renews
-// it again, from the lease the re-entry set. Every re-entry of a held hold
-// goes through it: a lock's own (engine.reenter) and a compound lock's of a
-// hold its context carries (MultiLock, RedLock). The caller holds h's
-// semaphore.
-func (h *hold) reentered(start time.Time) {
-	h.levels++
-	if h.retrying {
-		h.retrying = false
-		h.retry++
-		if !h.fixed {
-			h.c.dog.add(&h.renewal, start.Add(h.lease))
-		}
-	}
-}
-
-// mayBeReleased reports whether h's final release failed with an unknown
-// outcome and is retried in the background: the failed call may still land
-// and remove the owner whatever count it has then, so h is not re-entered;
-// a re-entry is answered as if h were released, and the retry goes on. The
-// caller holds h's semaphore.
-func (h *hold) mayBeReleased() bool { return h.retrying && h.unsure }
-
-// logContext is the context to log an event about h with, from a call made
-// with ctx: once h is held, the context it was taken with (ended or not),
-// so that a log handler finds the request's values there (trace and request
-// ids) even for a background call, whose ctx has none; before, ctx.
-func (h *hold) logContext(ctx context.Context) context.Context {
-	switch {
-	case h.parent != nil:
-		return h.parent
-	case ctx != nil:
-		return ctx
-	}
-	return context.Background()
-}
-
-// abandon removes from Redis what is left of h after its lease ran out
-// without a renewal getting through, within a second, once the transfer
-// that handed h over, if still on its way, has an outcome: removed before
-// it lands, h's field would be left by it.
-func (h *hold) abandon() {
-	ctx, cancel := h.c.backgroundContext(time.Second)
-	defer cancel()
-	if h.landed(ctx) == nil && h.enter(ctx) == nil {
-		h.kind.undo(ctx, h, true)
-		h.leave()
-	}
-}
-
-// heldVia returns the hold ctx carries under hk when it is still held, or
-// nil.
-func (c *engine) heldVia(ctx context.Context, hk any) *hold {
-	if h := heldBy(ctx, hk); h != nil && c.holds.stillHeld(h) {
-		return h
-	}
-	return nil
-}
-
-// enter waits for h's semaphore or for ctx to end. A hold handed over ahead
-// of its transfer (see handOverAhead) is entered once the transfer's
-// outcome is known, or once the hold is known lost: every operation that
-// enters a held hold may send h's field to Redis, and none may overtake the
-// transfer; one that enters a lost hold answers ErrLost at once, without a
-// word to Redis, however long the transfer's call still waits.
-func (h *hold) enter(ctx context.Context) error {
-	if err := h.landedOrLost(ctx); err != nil {
-		return err
-	}
-	return h.sem.acquire(ctx)
-}
-
-// landed waits until the transfer that handed h the lock, if it was sent
-// after h's waiter was woken, has an outcome, or until ctx ends.
-func (h *hold) landed(ctx context.Context) error {
-	if p := h.inflight.Load(); p != nil {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// landedOrLost is landed, which returns early when h is known lost too.
-func (h *hold) landedOrLost(ctx context.Context) error {
-	if p := h.inflight.Load(); p != nil {
-		select {
-		case <-p.done:
-		case <-p.lost:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// leave releases h's semaphore.
-func (h *hold) leave() { h.sem.release() }
-
-// begin creates h's context at its first acquisition. It descends from ctx,
-// carries the hold (for re-entries) and the token (for kinds that issue
-// one), and with a fixed lease ends by itself when the lease runs out,
-// measured from start (the moment the acquisition was sent, so the context
-// never outlives the lock).
-func (h *hold) begin(ctx context.Context, start time.Time) {
-	h.parent = ctx
-	hctx, cancel := context.WithCancelCause(ctx)
-	h.cancel = cancel
-	if h.fixed {
-		h.expireAt(start.Add(h.lease))
-	}
-	first := h.carrier.h == nil
-	inner := hctx
-	if first {
-		h.carrier = holdContext{hctx, h}
-		hctx = &h.carrier
-	} else {
-		hctx = &holdContext{hctx, h}
-	}
-	if h.kind.tokens() {
-		if first {
-			h.tokenCtx = fencing.TokenContext{Context: hctx, Token: h.token}
-			hctx = &h.tokenCtx
-		} else {
-			hctx = fencing.WithToken(hctx, h.token)
-		}
-	}
-	h.ctx = hctx
-	if first {
-		h.detached = detachedContext{hctx, inner}
-	}
 }
 
 // A detachedContext is a hold's context without its cancellation, as
@@ -370,13 +222,6 @@ type heldKey struct {
 // holdKey returns the context key of the holds of role r on key, boxed.
 func (c *engine) holdKey(key string, r role) any { return heldKey{c, key, r} }
 
-// heldBy returns the hold ctx descends from under the context key hk (see
-// holdKey), or nil.
-func heldBy(ctx context.Context, hk any) *hold {
-	h, _ := ctx.Value(hk).(*hold)
-	return h
-}
-
 // fieldSize is the length of the longest field: a UUID, ':', an int64 and
 // ":write".
 const fieldSize = 36 + 1 + 19 + len(":write")
@@ -395,3 +240,21 @@ func (c *link) field(buf *[fieldSize]byte, owner int64, r role) string {
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
+
+// heldBy returns the hold ctx descends from under the context key hk (see
+// holdKey), or nil.
+func heldBy(ctx context.Context, hk any) *hold {
+	h, _ := ctx.Value(hk).(*hold)
+	return h
+}
+
+// A fixedEnd is when a fixed hold ends (its context cancelled with ErrLost)
+// and the timer that ends it then. Only fixed holds have one, so that the
+// hold itself stays small.
+type fixedEnd struct {
+	timer *time.Timer
+	at    time.Time
+}
+
+// Stop stops d's timer.
+func (d *fixedEnd) Stop() { d.timer.Stop() }

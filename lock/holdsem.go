@@ -17,9 +17,9 @@ type holdSem struct {
 	waiters []chan struct{} // in order of arrival; each is closed to hand the semaphore over
 }
 
-// acquire takes s, waiting until it is free or ctx ends; it returns
+// take takes s, waiting until it is free or ctx ends; it returns
 // ctx.Err() when it gave up. A waiter handed s as ctx ends has it (nil).
-func (s *holdSem) acquire(ctx context.Context) error {
+func (s *holdSem) take(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.busy {
 		s.busy = true
@@ -52,8 +52,8 @@ func (s *holdSem) acquire(ctx context.Context) error {
 	return nil // handed over as ctx ended: ch is closed, s is this caller's
 }
 
-// release lets s go: to the first waiter, or free.
-func (s *holdSem) release() {
+// give lets s go: to the first waiter, or free.
+func (s *holdSem) give() {
 	s.mu.Lock()
 	if len(s.waiters) == 0 {
 		if !s.busy {

@@ -4,7 +4,7 @@ import "sync"
 
 // An inflightHandover is a handover whose waiter was woken before its
 // transfer reached Redis (see handOverAhead). done is closed once the
-// outcome is known, lost once the hold is known lost (see holdTable.lose);
+// outcome is known, lost once the hold is known lost (see hold.lose);
 // a hold's semaphore is entered only after one of them (see hold.enter),
 // so that no call on its field overtakes the transfer, and a lost hold
 // answers at once however long the transfer's call still waits.

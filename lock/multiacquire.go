@@ -128,7 +128,7 @@ func (a *multiAcquisition) takeAll(ctx context.Context) error {
 	for _, h := range a.holds {
 		if a.fresh[h] && h.ctx.Err() != nil {
 			a.rollback(ctx, len(ml.groups))
-			return lostHold(h)
+			return h.lostErr()
 		}
 	}
 	if len(ml.groups) > 1 {
@@ -201,7 +201,7 @@ func (a *multiAcquisition) takeGroup(ctx context.Context, gi int) error {
 	for _, h := range gh {
 		if h.levels == 0 {
 			h.token, h.top = a.tokens[gi], 0
-			ml.c.establish(ctx, h, a.starts[gi])
+			h.establish(ctx, a.starts[gi])
 			a.fresh[h] = true
 		}
 	}
@@ -302,10 +302,8 @@ func (ml *MultiLock) refused(g []*Mutex, gh []*hold, vals []int64) (time.Duratio
 			return retryAfter(ml.c.link, vals[1]), &switchTo{g[vals[2]-1].unlockCh}
 		case -1:
 			h := gh[vals[2]-1]
-			if ml.c.holds.lose(h) {
-				h.end(lostError(h.name, "its hold was gone when a MultiLock re-entered it"))
-			}
-			return 0, lostHold(h)
+			h.lostBecause("its hold was gone when a MultiLock re-entered it")
+			return 0, h.lostErr()
 		}
 	}
 	return 0, wrap(ml.name, fmt.Errorf("unexpected reply %v from the multi acquire script", vals))
@@ -348,7 +346,7 @@ func (ml *MultiLock) waitGroup(ctx context.Context, g []*Mutex, channel string, 
 		err := c.waitFor(ctx, waitSpec{name: ml.name, channel: channel, wait: left, lease: lease, try: run})
 		var sw *switchTo
 		if !errors.As(err, &sw) {
-			return err
+			return acquireErr(ctx, ml.name, err)
 		}
 		if wait == 0 {
 			return notAcquired(ctx, ml.name)

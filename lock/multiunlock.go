@@ -81,7 +81,7 @@ func (ml *MultiLock) endLost(mh *multiHold) {
 // until its lease ends. The caller holds h's semaphore.
 func releaseTaken(h *hold) {
 	c := h.c
-	if h.levels == 0 || !c.holds.stillHeld(h) {
+	if h.levels == 0 || !h.held() {
 		return
 	}
 	h.ended = true
@@ -169,9 +169,9 @@ func (ml *MultiLock) releaseGroup(ctx context.Context, mh *multiHold, g []*Mutex
 		switch {
 		case mh.done[m.key]:
 			continue
-		case h.levels == 0 && !c.holds.isLost(h) && (h.releasedLater || errors.Is(context.Cause(h.ctx), errReleasedLater)):
+		case h.levels == 0 && !h.isLost() && (h.releasedLater || errors.Is(context.Cause(h.ctx), errReleasedLater)):
 			continue // an earlier Unlock failed on it and the retry in the background released it since
-		case h.levels == 0 || c.holds.isLost(h):
+		case h.levels == 0 || h.isLost():
 			errs = append(errs, wrap(h.name, ErrLost))
 			continue
 		}

@@ -271,19 +271,19 @@ func (c *engine) holdCount(ctx context.Context, name, key string, hk any) (int, 
 	if ctx == nil {
 		return 0, noContext(name)
 	}
-	h := c.heldVia(ctx, hk)
+	h := heldVia(ctx, hk)
 	if h == nil {
 		return 0, nil
 	}
 	err := h.landedOrLost(ctx)
 	switch {
-	case !c.holds.stillHeld(h):
+	case !h.held():
 		return 0, nil // lost while the transfer that handed it over was on its way
 	case err != nil:
 		return 0, ctxErr(name, ctx)
 	}
 	n, err := c.rdb.HGet(ctx, key, h.field).Int()
-	if errors.Is(err, redis.Nil) || err != nil && !c.holds.stillHeld(h) {
+	if errors.Is(err, redis.Nil) || err != nil && !h.held() {
 		// Not held in Redis, or released or lost while asking: the lock
 		// context, which ended then, may have cancelled the call.
 		return 0, nil

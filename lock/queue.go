@@ -306,17 +306,17 @@ func (c *lines) dropFailedSub(q *waitQueue) *chanSub {
 // awaitSubscription makes sure q's unlock channel is subscribed and confirmed,
 // and the channel its waiter is also woken by if any (see lineWake).
 // A subscription that failed is dropped, so that the next head subscribes anew.
-func (c *lines) awaitSubscription(ctx context.Context, name string, q *waitQueue, deadline <-chan time.Time) error {
-	if err := c.awaitChannel(ctx, name, q, &q.sub, q.channel, deadline); err != nil || q.line.also == "" {
+func (c *lines) awaitSubscription(ctx context.Context, q *waitQueue, deadline <-chan time.Time) error {
+	if err := c.awaitChannel(ctx, q, &q.sub, q.channel, deadline); err != nil || q.line.also == "" {
 		return err
 	}
-	return c.awaitChannel(ctx, name, q, &q.line.sub, q.line.also, deadline)
+	return c.awaitChannel(ctx, q, &q.line.sub, q.line.also, deadline)
 }
 
 // awaitChannel makes sure channel is subscribed and confirmed for q, its
 // subscription kept in *sub (guarded by qmu). The subscription of a
 // lineWake's channel is relayed to q.
-func (c *lines) awaitChannel(ctx context.Context, name string, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
+func (c *lines) awaitChannel(ctx context.Context, q *waitQueue, slot **chanSub, channel string, deadline <-chan time.Time) error {
 	c.qmu.Lock()
 	relayed := false
 	if *slot == nil {
@@ -331,11 +331,11 @@ func (c *lines) awaitChannel(ctx context.Context, name string, q *waitQueue, slo
 	select {
 	case <-sub.ready:
 	case <-deadline:
-		return notAcquired(ctx, name)
+		return ErrNotAcquired
 	case <-ctx.Done():
-		return ctxErr(name, ctx)
+		return ctx.Err()
 	case <-c.done:
-		return wrap(name, ErrClosed)
+		return ErrClosed
 	}
 	err := sub.err
 	if err == nil {
@@ -353,7 +353,7 @@ func (c *lines) awaitChannel(ctx context.Context, name string, q *waitQueue, slo
 		}
 		c.subs.release(sub)
 	}
-	return wrap(name, noted("subscribe to unlock messages", unavailable(err)))
+	return noted("subscribe to unlock messages", unavailable(err))
 }
 
 // isDone reports whether ch is closed.

@@ -90,10 +90,11 @@ func (r *RedLock) wait(ctx context.Context, carried []bool, wait time.Duration, 
 		}
 	}
 	defer rw.close()
-	return r.clients[rw.home].waitFor(ctx, waitSpec{
+	err := r.clients[rw.home].waitFor(ctx, waitSpec{
 		name: r.name, channel: r.nodes[rw.home].unlockCh, wait: wait, lease: a.lease, try: a.try,
 		subscribe: rw.subscribe, eager: reentry,
 	})
+	return acquireErr(ctx, r.name, err)
 }
 
 // hold records the acquisition a, whose last attempt took a majority of
@@ -118,7 +119,7 @@ func (r *RedLock) hold(base context.Context, p *parts, a *redAcquisition) contex
 		}
 		h.prepare(r.nodes[i], lo) // its lease is nodeLease(i, lo)
 		h.token, h.top = a.token, 0
-		r.clients[i].establish(base, h, start)
+		h.establish(base, start)
 		h.tieToParent()
 	}
 	rh.watch(func(i int, cause error) { r.nodeEnded(rh, i, cause) })
@@ -266,7 +267,7 @@ func (r *RedLock) releaseNodes(ctx context.Context, rh *redHold) {
 				// held before the RedLock: it keeps its own levels and
 				// stays renewed. The RedLock's level is let go of, as
 				// endCarried does: the final release removes it.
-				if h.levels > 1 && c.holds.stillHeld(h) {
+				if h.levels > 1 && h.held() {
 					h.levels--
 				}
 				c.opts.logger.WarnContext(ctx, "lock: could not release a RedLock's level of a node its context held already; the final release removes it",
@@ -279,7 +280,7 @@ func (r *RedLock) releaseNodes(ctx context.Context, rh *redHold) {
 					"lock", r.name, "node", i, "err", err)
 			default:
 				// Unreachable: stop renewing it; it expires with its lease.
-				if c.holds.lose(h) {
+				if h.lose() {
 					h.end(wrap(r.name, ErrReleased))
 				}
 				c.opts.logger.WarnContext(ctx, "lock: could not release a RedLock node; it expires with its lease",

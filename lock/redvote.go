@@ -132,9 +132,7 @@ func (a *redAcquisition) count(b *ballot, i int, reply acquireReply) {
 		// A node this owner held is gone: its hold is lost, and the node
 		// counts as refused. Trying again at once would find it gone
 		// again: the wait is for the other nodes.
-		if a.r.clients[i].holds.lose(h) {
-			h.end(lostError(h.name, "its hold was gone when a RedLock re-entered it"))
-		}
+		h.lostBecause("its hold was gone when a RedLock re-entered it")
 	}
 }
 
@@ -254,7 +252,7 @@ func keepStretched(h *hold, start time.Time, lease time.Duration) {
 		return
 	}
 	h.extendTo(start.Add(lease))
-	if !h.c.holds.stillHeld(h) {
-		h.c.dropOwner(context.Background(), h)
+	if !h.held() {
+		h.dropOwner(context.Background())
 	}
 }

@@ -18,11 +18,11 @@ import (
 // with the parent's cause already; an Unlock that comes later returns nil.
 func (h *hold) parentEnded() {
 	c := h.c
-	c.holds.refAgain(h)
-	defer c.holds.unref(h)
+	h.use()
+	defer h.unuse()
 	_ = h.enter(context.Background())
 	defer h.leave()
-	if h.levels == 0 || !c.holds.stillHeld(h) {
+	if h.levels == 0 || !h.held() {
 		return
 	}
 	h.ended = true
@@ -48,16 +48,16 @@ func (c *engine) unlock(ctx context.Context, hk any, name string) error {
 		}
 		return wrap(name, ErrNotHeld)
 	}
-	c.holds.refAgain(h)
-	defer c.holds.unref(h)
+	h.use()
+	defer h.unuse()
 	_ = h.enter(context.Background())
 	defer h.leave()
-	if !c.holds.stillHeld(h) {
+	if !h.held() {
 		switch cause := context.Cause(h.ctx); {
 		case h.ended:
 			return nil // released when the context it was taken with ended
-		case c.holds.isLost(h):
-			return lostHold(h)
+		case h.isLost():
+			return h.lostErr()
 		case errors.Is(cause, errReleasedLater), h.releasedLater:
 			return nil // the retry of an Unlock that failed, completed meanwhile
 		}
@@ -68,8 +68,8 @@ func (c *engine) unlock(ctx context.Context, hk any, name string) error {
 
 // releaseLevel releases one level of h, whose semaphore the caller holds.
 func (c *engine) releaseLevel(ctx context.Context, h *hold) error {
-	if c.holds.isLost(h) {
-		return lostHold(h)
+	if h.isLost() {
+		return h.lostErr()
 	}
 	if h.levels == 0 {
 		return wrap(h.name, ErrNotHeld)

@@ -143,7 +143,7 @@ func (rw *RWMutex) rlock(ctx context.Context, wait time.Duration, opts []LockOpt
 	if ctx != nil && ctx.Err() == nil && heldBy(ctx, rw.rk) == nil {
 		// A downgrade: the read hold must outlive the write lock, so its
 		// context descends from the one the write lock was taken with.
-		if wh := rw.c.heldVia(ctx, rw.wk); wh != nil {
+		if wh := heldVia(ctx, rw.wk); wh != nil {
 			ctx = wh.parent
 			k = &readKind{rw: rw, over: wh.field}
 		}
@@ -183,7 +183,7 @@ func (rw *RWMutex) lock(ctx context.Context, wait time.Duration, opts []LockOpti
 	if err := rw.usable(); err != nil {
 		return ctx, err
 	}
-	if ctx != nil && rw.c.heldVia(ctx, rw.rk) != nil && heldBy(ctx, rw.wk) == nil {
+	if ctx != nil && heldVia(ctx, rw.rk) != nil && heldBy(ctx, rw.wk) == nil {
 		return ctx, wrap(rw.name, ErrUpgrade)
 	}
 	return rw.c.acquire(ctx, &rw.write, rw.key, writer, rw.wk, rw.name, wait, opts)

@@ -55,26 +55,8 @@ func (c *engine) settle(h *hold, renewed bool, left int64, err error) error {
 		}
 		return nil
 	}
-	if c.holds.lose(h) {
-		h.end(lostError(h.name, "it was not held any more when it was unlocked"))
-	}
-	return lostHold(h)
-}
-
-// leaseEnd returns when h's lease ends unless renewed: the watchdog's
-// lease when it renewed h until now (renewed), a fixed hold's deadline,
-// which a re-entry may have extended (see extendTo).
-func (h *hold) leaseEnd(renewed bool) time.Time {
-	if renewed {
-		return h.c.dog.leaseEnd(&h.renewal)
-	}
-	t := &h.c.holds
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if h.expiry != nil {
-		return h.expiry.at
-	}
-	return time.Now().Add(h.lease)
+	h.lostBecause("it was not held any more when it was unlocked")
+	return h.lostErr()
 }
 
 // releaseLater retries the final release of h, which failed, until it
@@ -102,11 +84,9 @@ func (c *engine) releaseLater(h *hold, until time.Time, gen uint8) {
 			cancel()
 			return
 		}
-		done := !h.retrying || h.levels != 1 || !c.holds.stillHeld(h)
+		done := !h.retrying || h.levels != 1 || !h.held()
 		if !done && !time.Now().Before(until) {
-			if c.holds.lose(h) {
-				h.end(lostError(h.name, "its release failed and its lease ran out"))
-			}
+			h.lostBecause("its release failed and its lease ran out")
 			done = true
 		}
 		if !done {
@@ -118,9 +98,7 @@ func (c *engine) releaseLater(h *hold, until time.Time, gen uint8) {
 				c.releasedWith(h, errReleasedLater)
 				done = true
 			default:
-				if c.holds.lose(h) {
-					h.end(lostError(h.name, "it was not held any more when it was unlocked"))
-				}
+				h.lostBecause("it was not held any more when it was unlocked")
 				done = true
 			}
 		}
@@ -143,7 +121,7 @@ func (c *engine) releasedWith(h *hold, cause error) {
 	h.unsure = false
 	h.releasedLater = cause == errReleasedLater
 	c.dog.remove(&h.renewal)
-	c.holds.unpin(h)
+	h.unpin()
 	switch h.released.err {
 	case nil:
 		h.released = nameError{name: h.name, err: cause}
@@ -153,30 +131,6 @@ func (c *engine) releasedWith(h *hold, cause error) {
 	default:
 		h.end(wrap(h.name, cause))
 	}
-}
-
-// handingOver ends h's context, with cause ErrReleased, as its final
-// release hands its lock to the next holder: before that holder is woken,
-// so that two contexts of one lock are never live at once. The release is
-// decided then, whatever the transfer's outcome; its end is told to the
-// Observer when the outcome is known (released, or lost when the transfer
-// finds the lock gone), and a release that fails is retried in the
-// background as any other (see settle).
-func (h *hold) handingOver() {
-	if h.released.err == nil {
-		// Once set, the cause may be read at any moment (context.Cause): a
-		// retry of the release that hands over again leaves it as it is.
-		h.released = nameError{name: h.name, err: ErrReleased}
-	}
-	h.cancel(&h.released)
-}
-
-// lostHold is the error for an operation on a hold that was lost.
-func lostHold(h *hold) error {
-	if cause := context.Cause(h.ctx); errors.Is(cause, ErrLost) {
-		return cause
-	}
-	return wrap(h.name, ErrLost)
 }
 
 // errReleasedLater is the cause of a context whose final release failed and

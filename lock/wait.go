@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/seckillguard/seckillguard/ctxend"
 )
 
@@ -53,7 +54,14 @@ type waitSpec struct {
 // A wait that has to queue is a small state machine (see waitStep): it
 // looks at its waiter's state, takes its turn to try when it is the head
 // and was told to, and sleeps until something changes.
-func (c *engine) waitFor(ctx context.Context, s waitSpec) error {
+func (c *engine) waitFor(ctx context.Context, s waitSpec) (err error) {
+	if s.h != nil {
+		defer func() {
+			if err != nil && s.h.queued {
+				c.forget(ctx, s.h, false) // its place in line, which nobody will take
+			}
+		}()
+	}
 	var prober handing
 	queue, enlist, also := s.channel, false, ""
 	if s.h != nil {
@@ -77,7 +85,7 @@ func (c *engine) waitFor(ctx context.Context, s waitSpec) error {
 			return err
 		}
 		if s.wait == 0 {
-			return notAcquired(ctx, s.name)
+			return ErrNotAcquired
 		}
 	}
 
@@ -97,7 +105,7 @@ func (c *engine) waitFor(ctx context.Context, s waitSpec) error {
 	}
 	defer func() { c.leaveQueue(wt.q, wt.w, wt.acquired, s.lease) }()
 
-	step, err := stepLook, error(nil)
+	step := stepLook
 	for step != stepDone {
 		switch step {
 		case stepLook:
@@ -214,7 +222,7 @@ func (wt *waitRun) turn() (waitStep, error) {
 	if wt.s.subscribe != nil {
 		err = wt.s.subscribe(ctx, wt.q, wt.deadline)
 	} else {
-		err = c.awaitSubscription(ctx, wt.s.name, wt.q, wt.deadline)
+		err = c.awaitSubscription(ctx, wt.q, wt.deadline)
 	}
 	if err != nil {
 		// A handover may have reached this waiter meanwhile: it holds
@@ -256,7 +264,7 @@ func (wt *waitRun) turn() (waitStep, error) {
 // that takes long (a slow link) could otherwise be made again and again
 // past the caller's wait.
 func (wt *waitRun) sleep() (waitStep, error) {
-	c, ctx, name := wt.c, wt.ctx, wt.s.name
+	c, ctx := wt.c, wt.ctx
 	select {
 	case <-wt.deadline:
 		return wt.ranOut()
@@ -271,18 +279,18 @@ func (wt *waitRun) sleep() (waitStep, error) {
 	case <-wt.deadline:
 		return wt.ranOut()
 	case <-ctx.Done():
-		return stepDone, wt.giveUp(ctxErr(name, ctx), false)
+		return stepDone, wt.giveUp(ctx.Err(), false)
 	case <-c.done:
-		return stepDone, wt.giveUp(wrap(name, ErrClosed), false)
+		return stepDone, wt.giveUp(ErrClosed, false)
 	}
 }
 
 // ranOut ends a wait whose time ran out.
 func (wt *waitRun) ranOut() (waitStep, error) {
 	if ctxend.Ended(wt.ctx) { // both ended: the caller's end wins, never "busy"
-		return stepDone, wt.giveUp(ctxErr(wt.s.name, wt.ctx), false)
+		return stepDone, wt.giveUp(wt.ctx.Err(), false)
 	}
-	return stepDone, wt.giveUp(wrap(wt.s.name, ErrNotAcquired), true)
+	return stepDone, wt.giveUp(ErrNotAcquired, true)
 }
 
 // giveUp ends the wait with err, unless the lock was handed over meanwhile:
@@ -308,4 +316,73 @@ func (wt *waitRun) giveUp(err error, keep bool) error {
 type lineWaker interface {
 	kind
 	alsoWokenBy() string
+}
+
+// attempt runs one acquisition attempt of h, with the replica
+// acknowledgement h asks for. An attempt whose outcome is unknown (the call
+// may have been applied and only its reply lost, or the caller gave up while
+// it was under way) is undone, so that a lock nobody knows it holds does not
+// block everyone until its lease ends.
+func (c *engine) attempt(ctx context.Context, h *hold) (bool, time.Duration, error) {
+	var via processor = c.rdb
+	var conn *redis.Conn
+	if h.ack.replicas > 0 {
+		var err error
+		if conn, err = c.conn(ctx, h.id.key); err != nil {
+			return false, 0, c.attemptFailed(ctx, h, err)
+		}
+		defer conn.Close()
+		via = conn
+	}
+	ok, retry, err := h.kind.attempt(ctx, via, h)
+	if err != nil {
+		return false, 0, c.attemptFailed(ctx, h, err)
+	}
+	if ok && conn != nil {
+		if err := c.confirmReplicas(ctx, conn, h.ack); err != nil {
+			c.forget(ctx, h, true)
+			return false, 0, err
+		}
+	}
+	if ok && h.lapsed(time.Now()) {
+		// The reply came after the lease it set had run out, counted from
+		// when the attempt was sent (h.start): the key may be gone, or
+		// anyone's by now. Not an acquisition: what is left of it goes, and
+		// the lock, free a moment ago, is tried again at once.
+		c.forget(ctx, h, true)
+		return false, 0, nil
+	}
+	return ok, retry, nil
+}
+
+// lapsed reports whether the lease of h's first acquisition, sent at
+// h.start, has run out at now: a fixed lease by its end, a watchdog's
+// lease by the watchdog's margin before it, when the watchdog would
+// declare it lost at once (see expireOverdue).
+func (h *hold) lapsed(now time.Time) bool {
+	end := h.start.Add(h.lease)
+	if !h.fixed {
+		end = end.Add(-h.c.dog.expiryMargin())
+	}
+	return !now.Before(end)
+}
+
+// attemptFailed handles an attempt that failed with err.
+func (c *engine) attemptFailed(ctx context.Context, h *hold, err error) error {
+	if outcomeUnknown(err) {
+		c.forget(ctx, h, true)
+	}
+	return err
+}
+
+// forget undoes what an acquisition of h that did not complete may have left
+// in Redis, within a second and even if ctx has ended.
+func (c *engine) forget(ctx context.Context, h *hold, acquired bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if h.queued {
+		c.dog.remove(h.waiting)
+	}
+	h.kind.undo(rctx, h, acquired)
+	h.queued = false
 }

@@ -49,9 +49,9 @@ func notSent(err error) bool {
 // node for key, ctx ends or d has passed (the Cluster may not have promoted a
 // replica yet: the map then comes back unchanged).
 func awaitSlotMap(ctx context.Context, cc *redis.ClusterClient, key string, d time.Duration) {
-	failed := ""
+	down := ""
 	if node, err := cc.MasterForKey(ctx, key); err == nil {
-		failed = node.Options().Addr
+		down = node.Options().Addr
 	}
 	cc.ReloadState(ctx)
 	deadline := time.NewTimer(d)
@@ -63,7 +63,7 @@ func awaitSlotMap(ctx context.Context, cc *redis.ClusterClient, key string, d ti
 	for {
 		select {
 		case <-look.C:
-			if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr != failed {
+			if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr != down {
 				return
 			}
 		case <-deadline.C:

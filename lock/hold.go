@@ -258,3 +258,57 @@ type fixedEnd struct {
 
 // Stop stops d's timer.
 func (d *fixedEnd) Stop() { d.timer.Stop() }
+
+// expireAt makes h end with cause ErrLost at at, when its fixed lease runs
+// out, instead of whenever it was to end before: its context is cancelled
+// and the Client forgets it, as the watchdog does with a hold it finds lost,
+// so that a hold left to its lease (never unlocked) is not kept registered
+// for as long as the Client lives. The lock expires in Redis by itself, at
+// that moment or a little after (its lease was set after at was measured);
+// a later Unlock answers ErrLost.
+func (h *hold) expireAt(at time.Time) {
+	t := &h.c.holds
+	t.mu.Lock() // the timer is h.expiry before it can fire
+	h.setExpiry(at)
+}
+
+// extendTo makes h end at at rather than at its current deadline, when at
+// is later (a re-entry of a fixed hold WithLease); a hold that ends later
+// already, or has ended, keeps its deadline.
+func (h *hold) extendTo(at time.Time) {
+	t := &h.c.holds
+	t.mu.Lock()
+	if h.expiry == nil || !at.After(h.expiry.at) {
+		t.mu.Unlock()
+		return
+	}
+	h.setExpiry(at)
+}
+
+// setExpiry is expireAt's work; the caller holds the hold table's mutex,
+// which setExpiry unlocks.
+func (h *hold) setExpiry(at time.Time) {
+	t := &h.c.holds
+	lease := at.Sub(h.start).Round(time.Millisecond)
+	d := &fixedEnd{at: at}
+	d.timer = time.AfterFunc(time.Until(at), func() {
+		t.mu.Lock()
+		current := h.expiry == d
+		t.mu.Unlock()
+		if !current {
+			return // replaced by a re-entry's later deadline, or ended
+		}
+		cause := lostError(h.name, "its lease of "+lease.String()+" ran out")
+		if h.lose() {
+			h.end(cause)
+			return
+		}
+		h.cancel(cause)
+	})
+	old := h.expiry
+	h.expiry = d
+	t.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+}

@@ -291,45 +291,7 @@ func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string,
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: scan limit %d, want at least 1", ErrInvalid, limit)
 	}
-	match := c.key(pattern)
-	budget := int64(limit) * 100
-	var found []string
-	scan := func(ctx context.Context, node redis.Cmdable) error {
-		var cursor uint64
-		for budget > 0 && len(found) < limit {
-			keys, next, err := node.Scan(ctx, cursor, match, 100).Result()
-			if err != nil {
-				return err
-			}
-			budget -= 100
-			for _, k := range keys {
-				if len(found) >= limit || isDerived(k) {
-					continue
-				}
-				typ, err := node.Type(ctx, k).Result()
-				if err != nil {
-					return err
-				}
-				if typ == "string" {
-					// A Semaphore's count of free permits, when an integer.
-					v, err := node.Get(ctx, k).Result()
-					if err != nil && err != redis.Nil {
-						return err
-					}
-					if _, perr := strconv.ParseInt(v, 10, 64); err == nil && perr == nil {
-						typ = "hash"
-					}
-				}
-				if typ == "hash" {
-					found = append(found, k)
-				}
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
-		}
-		return nil
-	}
+	s := &lockScan{match: c.key(pattern), limit: limit, budget: int64(limit) * 100}
 	var err error
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 		// One master at a time: found and budget are shared.
@@ -347,16 +309,16 @@ func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string,
 			if err != nil {
 				break
 			}
-			err = scan(ctx, m)
+			err = s.node(ctx, m)
 		}
 	} else {
-		err = scan(ctx, c.rdb)
+		err = s.node(ctx, c.rdb)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lock: scan %q: %w", match, err)
+		return nil, fmt.Errorf("lock: scan %q: %w", s.match, err)
 	}
-	names := make([]string, len(found))
-	for i, k := range found {
+	names := make([]string, len(s.found))
+	for i, k := range s.found {
 		names[i] = strings.TrimPrefix(k, c.opts.namespace+":")
 		if c.opts.namespace == "" {
 			names[i] = k
@@ -364,6 +326,66 @@ func (c *Client) Scan(ctx context.Context, pattern string, limit int) ([]string,
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// A lockScan is one Scan: the keys of locks it found, across the nodes it
+// scans one after the other, and the keys it may still read.
+type lockScan struct {
+	match  string
+	limit  int
+	budget int64
+	found  []string
+}
+
+// node scans one node (or the only one) until the scan has found its limit,
+// read its budget of keys, or the node has no more.
+func (s *lockScan) node(ctx context.Context, node redis.Cmdable) error {
+	var cursor uint64
+	for s.budget > 0 && len(s.found) < s.limit {
+		keys, next, err := node.Scan(ctx, cursor, s.match, 100).Result()
+		if err != nil {
+			return err
+		}
+		s.budget -= 100
+		for _, k := range keys {
+			if len(s.found) >= s.limit || isDerived(k) {
+				continue
+			}
+			lock, err := isLockKey(ctx, node, k)
+			if err != nil {
+				return err
+			}
+			if lock {
+				s.found = append(s.found, k)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// isLockKey reports whether key, not one derived from a lock name, is a
+// lock's: a hash (every kind but Semaphore) or a string holding an integer
+// (a Semaphore's count of free permits).
+func isLockKey(ctx context.Context, node redis.Cmdable, key string) (bool, error) {
+	typ, err := node.Type(ctx, key).Result()
+	if err != nil || typ == "hash" {
+		return err == nil, err
+	}
+	if typ != "string" {
+		return false, nil
+	}
+	v, err := node.Get(ctx, key).Result()
+	if err == redis.Nil {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_, perr := strconv.ParseInt(v, 10, 64)
+	return perr == nil, nil
 }
 
 func isDerived(key string) bool {

@@ -8,9 +8,12 @@ import (
 	"github.com/seckillguard/seckillguard/fencing"
 )
 
-// A hold's lifecycle: every change of a hold's state goes through the
-// transitions below, and every question about it through the queries
-// beside them.
+// A hold's lifecycle. A hold changes state only through its transitions,
+// and is asked about it only through its queries, all methods of the hold:
+// here the ones every path shares; the first acquisition (establish) and a
+// re-entry (addLevel) in levels.go; the end of a fixed lease (expireAt,
+// extendTo) in hold.go, beside its timer; the outcome of a release
+// (settle, released, releaseLater) in settle.go.
 //
 //	prepared ─establish─▶ held ─reentered─▶ held (one level more)
 //	held ─handingOver / released─▶ released
@@ -318,60 +321,6 @@ func (h *hold) prepare(k kind, lo lockOptions) {
 	h.lease = h.c.opts.watchdogTimeout
 	if h.fixed {
 		h.lease = lo.lease
-	}
-}
-
-// expireAt makes h end with cause ErrLost at at, when its fixed lease runs
-// out, instead of whenever it was to end before: its context is cancelled
-// and the Client forgets it, as the watchdog does with a hold it finds lost,
-// so that a hold left to its lease (never unlocked) is not kept registered
-// for as long as the Client lives. The lock expires in Redis by itself, at
-// that moment or a little after (its lease was set after at was measured);
-// a later Unlock answers ErrLost.
-func (h *hold) expireAt(at time.Time) {
-	t := &h.c.holds
-	t.mu.Lock() // the timer is h.expiry before it can fire
-	h.setExpiry(at)
-}
-
-// extendTo makes h end at at rather than at its current deadline, when at
-// is later (a re-entry of a fixed hold WithLease); a hold that ends later
-// already, or has ended, keeps its deadline.
-func (h *hold) extendTo(at time.Time) {
-	t := &h.c.holds
-	t.mu.Lock()
-	if h.expiry == nil || !at.After(h.expiry.at) {
-		t.mu.Unlock()
-		return
-	}
-	h.setExpiry(at)
-}
-
-// setExpiry is expireAt's work; the caller holds the hold table's mutex,
-// which setExpiry unlocks.
-func (h *hold) setExpiry(at time.Time) {
-	t := &h.c.holds
-	lease := at.Sub(h.start).Round(time.Millisecond)
-	d := &fixedEnd{at: at}
-	d.timer = time.AfterFunc(time.Until(at), func() {
-		t.mu.Lock()
-		current := h.expiry == d
-		t.mu.Unlock()
-		if !current {
-			return // replaced by a re-entry's later deadline, or ended
-		}
-		cause := lostError(h.name, "its lease of "+lease.String()+" ran out")
-		if h.lose() {
-			h.end(cause)
-			return
-		}
-		h.cancel(cause)
-	})
-	old := h.expiry
-	h.expiry = d
-	t.mu.Unlock()
-	if old != nil {
-		old.Stop()
 	}
 }
 

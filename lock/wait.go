@@ -56,11 +56,7 @@ type waitSpec struct {
 // and was told to, and sleeps until something changes.
 func (c *engine) waitFor(ctx context.Context, s waitSpec) (err error) {
 	if s.h != nil {
-		defer func() {
-			if err != nil && s.h.queued {
-				c.forget(ctx, s.h, false) // its place in line, which nobody will take
-			}
-		}()
+		defer c.forgetIfFailed(ctx, s.h, &err)
 	}
 	var prober handing
 	queue, enlist, also := s.channel, false, ""
@@ -119,6 +115,14 @@ func (c *engine) waitFor(ctx context.Context, s waitSpec) (err error) {
 		}
 	}
 	return err
+}
+
+// forgetIfFailed undoes the place in a wait line in Redis that h's owner
+// took, when the wait for h failed (*err is set): nobody will take it.
+func (c *engine) forgetIfFailed(ctx context.Context, h *hold, err *error) {
+	if *err != nil && h.queued {
+		c.forget(ctx, h, false)
+	}
 }
 
 // tryOnce makes one attempt of s: s.try, or else an attempt of s.h, the

@@ -63,21 +63,35 @@ func retriedReleaseHandedOverAgain(t *testing.T) error {
 	}
 	stop := make(chan struct{})
 	read := make(chan struct{})
+	// reading: the cause was read once, so that a later write races with a
+	// read.
+	reading := make(chan struct{})
 	go func() { // anyone that reads the releaser's cause meanwhile
 		defer close(read)
-		for {
+		// The cause as a caller keeps it: read with no lock of the context,
+		// so that a write of it while this loop runs is a data race that the
+		// race detector reports whatever the interleaving.
+		kept := context.Cause(releaser)
+		for n := 0; ; n++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			if cause := context.Cause(releaser); cause == nil || !errors.Is(cause, lock.ErrReleased) || cause.Error() == "" {
+			if cause := context.Cause(releaser); cause == nil || !errors.Is(cause, lock.ErrReleased) || cause.Error() == "" || kept.Error() == "" {
 				t.Errorf("the releaser's cause changed: %v", cause)
 				return
+			}
+			if n == 0 {
+				close(reading)
 			}
 		}
 	}()
 	second := waiting(t, f.m)
+	select {
+	case <-reading:
+	case <-read:
+	}
 	err := f.m.Unlock(releaser) // hands the lock over to a waiter again
 	close(stop)
 	<-read

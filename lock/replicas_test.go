@@ -115,6 +115,9 @@ func TestReplicas_ClientDefaultCoversEveryKind(t *testing.T) {
 		switch {
 		case strings.HasPrefix(k.(string), "redisson_lock_token:"): // token counters stay by design
 		case k == base+":s" && master.Do("GET", k) == "2": // so does a semaphore's count, every permit free
+		case strings.HasSuffix(k.(string), ":seckillguard_freed") && master.Do("PTTL", k).(int64) <= 10:
+			// the mark of a release that freed the RWMutex, which lasts 10 ms
+			// (rwlib.lua): no acquisition
 		default:
 			t.Fatalf("unconfirmed acquisitions left %v behind", k)
 		}

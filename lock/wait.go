@@ -54,6 +54,11 @@ type waitSpec struct {
 // A wait that has to queue is a small state machine (see waitStep): it
 // looks at its waiter's state, takes its turn to try when it is the head
 // and was told to, and sleeps until something changes.
+//
+// Its error is the outcome as it came (ErrNotAcquired, ErrClosed, ctx's
+// error, a Redis error, or an attempt's own): the caller makes it the
+// lock's error with acquireErr. A failed wait for a hold leaves no place in
+// a wait line behind (forgetIfFailed).
 func (c *engine) waitFor(ctx context.Context, s waitSpec) (err error) {
 	if s.h != nil {
 		defer c.forgetIfFailed(ctx, s.h, &err)

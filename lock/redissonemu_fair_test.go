@@ -283,9 +283,16 @@ func TestRedissonEmu_ARenewedWaiterOfOursKeepsItsPlaceAcrossJavaAcquisitions(t *
 		c.FairMutex(name).Unlock(hctx)
 	}()
 	eventually(t, 5*time.Second, "go in line", lineLen(srv, name, 2))
+	ours := lineFields(srv, name)[1]
 	go java("java#3", 3)
 	eventually(t, 5*time.Second, "java#3 in line", lineLen(srv, name, 3))
 	time.Sleep(1400 * time.Millisecond) // over two watchdog timeouts: our waiter's liveness lasts only if renewed
+	// Renewed about seven times, our deadline is still the one Redisson gave
+	// the place: java#2's plus our wait. (The order below shows the same, but
+	// only when no renewal falls between java#2's lowering and the next purge.)
+	if got, want := lineScore(t, srv, name, ours), lineScore(t, srv, name, j.Field(2))+lock.DefaultFairLockWaitTimeout.Milliseconds(); got != want {
+		t.Errorf("after renewals our waiter's deadline is %d, want java#2's + our wait = %d", got, want)
+	}
 	j.FairLock(name).Unlock(ctx, 100)
 	wg.Wait()
 	if got := strings.Join(o.get(), " "); got != "java#2 go java#3" {

@@ -209,8 +209,10 @@ func TestRedissonEmu_OurPlaceIsCountedAsRedissonCountsIt(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Run before the wait, also when a check fails: the waiters then finish.
+	defer j.FairLock(name).Unlock(ctx, 100)
 	start := time.Now().UnixMilli()
-	wg.Add(3)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if hctx, err := c.FairMutex(name).Lock(ctx); err == nil {
@@ -222,6 +224,7 @@ func TestRedissonEmu_OurPlaceIsCountedAsRedissonCountsIt(t *testing.T) {
 	if lo, hi := start+10000+7000-1000, time.Now().UnixMilli()+10000+7000; first < lo || first > hi {
 		t.Fatalf("the first waiter's deadline is %d, want now + the 10 s lease + our 7 s wait, in [%d, %d]", first, lo, hi)
 	}
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := j.FairLock(name).Lock(ctx, 2); err == nil {
@@ -232,6 +235,7 @@ func TestRedissonEmu_OurPlaceIsCountedAsRedissonCountsIt(t *testing.T) {
 	if got := lineScore(t, srv, name, j.Field(2)); got != first+11000 {
 		t.Fatalf("the Java waiter's deadline is %d, want ours + its 11 s wait = %d", got, first+11000)
 	}
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if hctx, err := c.FairMutex(name).TryLock(ctx, 3*time.Second); err == nil {
@@ -242,7 +246,6 @@ func TestRedissonEmu_OurPlaceIsCountedAsRedissonCountsIt(t *testing.T) {
 	if got := lineScore(t, srv, name, lineFields(srv, name)[2]); got != first+11000+3000 {
 		t.Fatalf("our TryLock's deadline is %d, want the Java waiter's + its 3 s wait = %d", got, first+14000)
 	}
-	j.FairLock(name).Unlock(ctx, 100)
 }
 
 // A live waiter of ours keeps its place across Java acquisitions, each of
